@@ -1,0 +1,58 @@
+"""Exceptions raised by replaystore.
+
+Every error the library raises on bad input or bad state derives from
+:class:`ReplayStoreError`, so callers can catch the whole family at once. Each
+subclass also derives from the built-in exception a caller would expect
+(``ValueError``, ``IndexError``, ...), so ``except ValueError`` keeps working
+for code written against the seed systems.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointError",
+    "EmptyBufferError",
+    "ExportError",
+    "QueryError",
+    "ReplayStoreError",
+    "SchemaError",
+    "StorageError",
+    "TrajectoryError",
+    "UnsafeFileError",
+]
+
+
+class ReplayStoreError(Exception):
+    """Base class of every error replaystore raises on purpose."""
+
+
+class SchemaError(ReplayStoreError, ValueError):
+    """Data does not match the schema of the store (key, shape, dtype or field)."""
+
+
+class EmptyBufferError(ReplayStoreError, LookupError):
+    """Sampling was asked of a buffer (or a query) that holds no items."""
+
+
+class QueryError(ReplayStoreError, ValueError):
+    """A query condition is malformed: unknown operator or field, bad value type."""
+
+
+class StorageError(ReplayStoreError, OSError):
+    """A storage backend failed to read or write, or its files are not ours."""
+
+
+class CheckpointError(ReplayStoreError, ValueError):
+    """A checkpoint is missing, incomplete, or incompatible with the buffer."""
+
+
+class TrajectoryError(ReplayStoreError, ValueError):
+    """A trajectory or step is malformed; the message names the trajectory and step."""
+
+
+class UnsafeFileError(ReplayStoreError, ValueError):
+    """A file asked us to execute or import something we do not allow."""
+
+
+class ExportError(ReplayStoreError, ValueError):
+    """A record cannot be exported (e.g. image placeholders do not match images)."""
