@@ -1,4 +1,7 @@
-"""The shared sampling kernels: SumTree and successive weighted sampling without replacement."""
+"""The shared sampling kernels: successive weighted sampling without replacement, recency weights.
+
+The SumTree has its own file, tests/test_sumtree.py.
+"""
 
 from __future__ import annotations
 
@@ -6,54 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from replaystore.sampling import SumTree, recency_weights, weighted_sample_without_replacement
-
-
-@pytest.mark.parametrize("fanout", [2, 3, 32])
-def test_sumtree_total_and_min_follow_updates(fanout: int) -> None:
-    tree = SumTree(100, fanout=fanout)
-    tree.update([0, 5, 99], [1.0, 2.5, 0.5])
-    assert tree.total == pytest.approx(4.0)
-    assert tree.min == pytest.approx(0.5)
-    tree.update([99], [0.0])
-    assert tree.total == pytest.approx(3.5)
-    assert tree.min == pytest.approx(1.0)
-    np.testing.assert_allclose(tree[[0, 5, 99]], [1.0, 2.5, 0.0])
-
-
-@pytest.mark.parametrize("fanout", [2, 32])
-def test_sumtree_find_maps_prefix_mass_to_slots(fanout: int) -> None:
-    tree = SumTree(10, fanout=fanout)
-    tree.update(np.arange(10), np.arange(10, dtype=float))  # slot 0 has zero mass
-    cum = np.cumsum(np.arange(10, dtype=float))
-    mass = np.array([0.0, 0.999, 1.0, 2.5, 44.999, 45.0, 1e9])
-    expected = np.minimum(np.searchsorted(cum, np.clip(mass, 0, 44.999), side="right"), 9)
-    np.testing.assert_array_equal(tree.find(mass), expected)
-    assert 0 not in tree.find(np.linspace(0, 45, 1000))
-
-
-def test_sumtree_sampling_frequencies_match_priorities() -> None:
-    rng = np.random.default_rng(0)
-    pri = rng.random(50) + 0.1
-    tree = SumTree(50)
-    tree.update(np.arange(50), pri)
-    draws = tree.sample(200_000, rng=1)
-    counts = np.bincount(draws, minlength=50)
-    _, p_value = stats.chisquare(counts, pri / pri.sum() * draws.size)
-    assert p_value > 1e-3
-
-
-def test_sumtree_rejects_bad_updates() -> None:
-    tree = SumTree(4)
-    with pytest.raises(IndexError, match="out of range"):
-        tree.update([4], [1.0])
-    with pytest.raises(ValueError, match="finite"):
-        tree.update([0], [np.nan])
-    with pytest.raises(ValueError, match=">= 0"):
-        tree.update([0], [-1.0])
-    with pytest.raises(ValueError, match="total priority is 0"):
-        tree.sample(1)
-    assert tree.total == 0.0
+from replaystore.sampling import recency_weights, weighted_sample_without_replacement
 
 
 def test_recency_weights_oldest_first() -> None:

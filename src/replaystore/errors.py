@@ -10,9 +10,13 @@ for code written against the seed systems.
 from __future__ import annotations
 
 __all__ = [
+    "BufferIndexError",
     "CheckpointError",
+    "ConfigError",
     "EmptyBufferError",
     "ExportError",
+    "ImageError",
+    "PriorityError",
     "QueryError",
     "ReplayStoreError",
     "SchemaError",
@@ -56,3 +60,19 @@ class UnsafeFileError(ReplayStoreError, ValueError):
 
 class ExportError(ReplayStoreError, ValueError):
     """A record cannot be exported (e.g. image placeholders do not match images)."""
+
+
+class BufferIndexError(ReplayStoreError, IndexError):
+    """An index names no stored item (negative, or at or past the number of stored items)."""
+
+
+class PriorityError(ReplayStoreError, ValueError):
+    """A priority update is invalid: NaN, infinite or negative values, or mismatched lengths."""
+
+
+class ImageError(ReplayStoreError, ValueError):
+    """An image file or data URL is unreadable, not an image, or of an unsupported type."""
+
+
+class ConfigError(ReplayStoreError, ValueError):
+    """An argument is out of range or of the wrong kind (capacity, page, batch size, mode)."""

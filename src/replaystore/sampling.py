@@ -7,8 +7,9 @@
   *successive* weighted sampling without replacement (pick one item with
   probability proportional to its weight, remove it, repeat), either with
   Efraimidis-Spirakis keys (O(n)) or by rejection from a cumulative sum
-  (O(k log n), fast when k is small against n). Used by the trajectory buffer's
-  recency-biased sampling and the task sampler.
+  (O(k log n), fast when k is small against n), or by rejection from a prepared
+  :class:`AliasTable` (O(1) per draw; reuse it across calls). Used by the
+  trajectory buffer's recency-biased sampling and the task sampler.
 * :func:`recency_weights`: ``(rank + 1) ** power`` with rank 0 the oldest item.
 
 Everything here works on whole NumPy arrays; there is no Python loop per item.
@@ -16,12 +17,21 @@ Everything here works on whole NumPy arrays; there is no Python loop per item.
 
 from __future__ import annotations
 
+import os
+import threading
+from types import ModuleType
 from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+try:
+    from replaystore import _sumtree as _csumtree
+except ImportError:  # no compiler at install time: the NumPy fallback is used
+    _csumtree = None
+
 __all__ = [
+    "AliasTable",
     "SumTree",
     "as_generator",
     "recency_weights",
@@ -38,56 +48,102 @@ def as_generator(seed: SeedLike) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+_SUMTREE_ENV = "REPLAYSTORE_SUMTREE"
+
+
 class SumTree:
     """A fixed-capacity F-ary tree of non-negative priorities with sums and minima.
 
     Leaves hold one priority per slot (0 for an empty slot). Internal nodes hold
     the sum (for proportional sampling) and the minimum over non-empty slots
     (for importance-weight normalisation) of their children. A wide fan-out
-    (default 32) keeps the tree shallow (4 levels for a million slots), so a
-    batch update or a batch search is a handful of NumPy operations per level.
+    (default 32) keeps the tree shallow (4 levels for a million slots).
+
+    Two backends share one memory layout and give bit-identical results: a
+    compiled kernel (``replaystore._sumtree``, built when the package is
+    installed with a C compiler; a batch of 256 updates or draws takes a few
+    microseconds) and a NumPy fallback (one vectorised call per tree level).
+    ``backend="auto"`` uses the compiled one when it is importable; the
+    environment variable ``REPLAYSTORE_SUMTREE=numpy`` (or ``=c``) forces one
+    when the constructor does not name it.
 
     Cost: ``update`` and ``find`` of a batch of m items are O(m * F * log_F n)
-    element operations, done as O(log_F n) vectorised NumPy calls.
+    element operations; memory is about 16 bytes per slot.
 
     Args:
         capacity: number of slots, >= 1.
         fanout: children per internal node, >= 2.
+        backend: ``"auto"``, ``"c"`` or ``"numpy"``; ``None`` reads
+            ``REPLAYSTORE_SUMTREE`` (default ``"auto"``).
+
+    Raises:
+        ValueError: bad capacity, fan-out or backend name.
+        ImportError: ``backend="c"`` but the compiled kernel is not installed.
     """
 
-    def __init__(self, capacity: int, fanout: int = 32) -> None:
+    def __init__(
+        self,
+        capacity: int,
+        fanout: int = 32,
+        *,
+        backend: Literal["auto", "c", "numpy"] | None = None,
+    ) -> None:
         if int(capacity) != capacity or capacity < 1:
             raise ValueError(f"SumTree capacity must be a positive integer, got {capacity!r}")
         if int(fanout) != fanout or fanout < 2:
             raise ValueError(f"SumTree fanout must be an integer >= 2, got {fanout!r}")
         self.capacity = int(capacity)
         self.fanout = int(fanout)
-        depth = 1
-        while self.fanout**depth < self.capacity:
-            depth += 1
-        self._depth = depth
-        # Level 0 is the leaves, padded to fanout**depth; level `depth` is the root.
-        self._sums = [np.zeros(self.fanout ** (depth - lvl)) for lvl in range(depth + 1)]
-        self._mins = [np.full(self.fanout ** (depth - lvl), np.inf) for lvl in range(depth + 1)]
+        self._kernel = _resolve_backend(backend)
+        # Level 0 is the leaves, then each parent level, the root last. Every
+        # level below the root is padded to a multiple of the fan-out, so a
+        # level reshaped to (-1, fanout) has one row of children per parent.
+        f = self.fanout
+        sizes = [-(-self.capacity // f) * f]
+        while sizes[-1] > f:
+            sizes.append(-(-(sizes[-1] // f) // f) * f)
+        sizes.append(1)
+        self._depth = len(sizes) - 1
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._sum_flat = np.zeros(int(self._offsets[-1]))
+        self._min_flat = np.full(int(self._offsets[-1]), np.inf)
+        bounds = list(zip(self._offsets[:-1].tolist(), self._offsets[1:].tolist(), strict=True))
+        self._sums = [self._sum_flat[a:b] for a, b in bounds]
+        self._mins = [self._min_flat[a:b] for a, b in bounds]
+
+    @property
+    def backend(self) -> str:
+        """``"c"`` or ``"numpy"``: which implementation this tree uses."""
+        return "numpy" if self._kernel is None else "c"
 
     @property
     def total(self) -> float:
         """Sum of all priorities."""
-        return float(self._sums[-1][0])
+        return float(self._sum_flat[-1])
 
     @property
     def min(self) -> float:
         """Smallest priority among slots holding a positive priority (``inf`` when none)."""
-        return float(self._mins[-1][0])
+        return float(self._min_flat[-1])
 
     def values(self) -> NDArray[np.float64]:
         """A copy of the priorities of all ``capacity`` slots."""
         return self._sums[0][: self.capacity].copy()
 
     def __getitem__(self, indices: ArrayLike) -> NDArray[np.float64]:
-        """Priorities at ``indices`` (validated slot numbers)."""
-        idx = self._check_indices(indices)
-        return self._sums[0][idx]
+        """Priorities at ``indices`` (validated slot numbers), as a 1-D float64 array.
+
+        Raises:
+            TypeError: the indices are not integers.
+            IndexError: an index is outside ``[0, capacity)``.
+        """
+        idx = _as_int64(indices)
+        if self._kernel is None or idx is None:
+            return self._sums[0][self._check_indices(indices)]
+        out = np.empty(idx.size)
+        if self._kernel.gather(self._sum_flat, self.capacity, idx, out):
+            self._check_indices(indices)  # raises with the offending index
+        return out
 
     def _check_indices(self, indices: ArrayLike) -> NDArray[np.int64]:
         idx = np.asarray(indices)
@@ -101,32 +157,55 @@ class SumTree:
             raise IndexError(f"SumTree index {int(bad)} out of range [0, {self.capacity})")
         return idx
 
-    def update(self, indices: ArrayLike, priorities: ArrayLike) -> None:
-        """Set the priority of each slot in ``indices``; the last value wins for repeats.
-
-        Raises:
-            IndexError: an index is outside ``[0, capacity)``.
-            ValueError: a priority is negative, NaN or infinite, or the lengths differ.
-        """
-        idx = self._check_indices(indices)
-        pri = np.asarray(priorities, dtype=np.float64).reshape(-1)
-        if pri.size == 1 and idx.size != 1:
-            pri = np.broadcast_to(pri, idx.shape)
-        if pri.shape != idx.shape:
-            raise ValueError(f"got {idx.size} indices but {pri.size} priorities")
-        if idx.size == 0:
-            return
+    @staticmethod
+    def _check_priorities(pri: NDArray[np.float64]) -> None:
         if not np.isfinite(pri).all():
             raise ValueError("priorities must be finite (found NaN or inf)")
         if (pri < 0).any():
             raise ValueError(f"priorities must be >= 0, found {float(pri.min())}")
+
+    def update(self, indices: ArrayLike, priorities: ArrayLike) -> None:
+        """Set the priority of each slot in ``indices``; the last value wins for repeats.
+
+        ``priorities`` has one value per index, or a single value for all of them.
+        Everything is validated before anything is written.
+
+        Raises:
+            TypeError: the indices are not integers.
+            IndexError: an index is outside ``[0, capacity)``.
+            ValueError: a priority is negative, NaN or infinite, or the lengths differ.
+        """
+        idx = _as_int64(indices)
+        if idx is None:
+            idx = self._check_indices(indices)
+        pri = np.ascontiguousarray(priorities, dtype=np.float64).reshape(-1)
+        if pri.size != idx.size and pri.size != 1:
+            raise ValueError(f"got {idx.size} indices but {pri.size} priorities")
+        if idx.size == 0:
+            return
+        if self._kernel is not None:
+            status = self._kernel.update(
+                self._sum_flat, self._min_flat, self._offsets, self.fanout, self.capacity, idx, pri
+            )
+            if status:  # raise with the message of the reference checks
+                self._check_indices(idx)
+                self._check_priorities(pri)
+                raise RuntimeError(f"SumTree kernel rejected the update (status {status})")
+            return
+        idx = self._check_indices(idx)
+        self._check_priorities(pri)
+        if pri.size != idx.size:
+            pri = np.broadcast_to(pri, idx.shape)
         self._sums[0][idx] = pri
         self._mins[0][idx] = np.where(pri > 0, pri, np.inf)
         f = self.fanout
         nodes = idx
         for lvl in range(self._depth):
             nodes = np.unique(nodes // f) if nodes.size > 64 else nodes // f
-            self._sums[lvl + 1][nodes] = self._sums[lvl].reshape(-1, f)[nodes].sum(axis=1)
+            # The last column of cumsum is the sequential sum, the same rounding
+            # as the compiled kernel and as the prefix sums that `find` walks.
+            rows = self._sums[lvl].reshape(-1, f)[nodes]
+            self._sums[lvl + 1][nodes] = np.cumsum(rows, axis=1)[:, -1]
             self._mins[lvl + 1][nodes] = self._mins[lvl].reshape(-1, f)[nodes].min(axis=1)
 
     def find(self, mass: ArrayLike) -> NDArray[np.int64]:
@@ -138,9 +217,17 @@ class SumTree:
         Raises:
             ValueError: the tree is empty (total priority 0).
         """
+        return self._find(np.array(mass, dtype=np.float64).reshape(-1))
+
+    def _find(self, v: NDArray[np.float64]) -> NDArray[np.int64]:
+        # `v` is a fresh contiguous float64 array that this call may overwrite.
         if not self.total > 0:
             raise ValueError("cannot sample from a SumTree whose total priority is 0")
-        v = np.asarray(mass, dtype=np.float64).reshape(-1).copy()
+        if self._kernel is not None:
+            out = np.empty(v.size, dtype=np.int64)
+            self._kernel.find(self._sum_flat, self._offsets, self.fanout, v, out)
+            return out
+        np.maximum(v, 0.0, out=v)
         f = self.fanout
         node = np.zeros(v.shape, dtype=np.int64)
         rows = np.arange(v.size)
@@ -150,7 +237,7 @@ class SumTree:
             j = (cum <= v[:, None]).sum(axis=1)
             # Rounding can push a value past the last non-empty child, or onto an
             # empty one: fall back to the last child with positive mass.
-            over = (j >= f) | (children[rows, np.minimum(j, f - 1)] <= 0)
+            over = (j >= f) | ~(children[rows, np.minimum(j, f - 1)] > 0)
             if over.any():
                 positive = children[over] > 0
                 j[over] = f - 1 - np.argmax(positive[:, ::-1], axis=1)
@@ -160,9 +247,41 @@ class SumTree:
         return node
 
     def sample(self, n: int, rng: SeedLike = None) -> NDArray[np.int64]:
-        """Draw ``n`` slots independently with probability ``p_i / total`` (with replacement)."""
+        """Draw ``n`` slots independently with probability ``p_i / total`` (with replacement).
+
+        Both backends draw the same slots from the same ``rng`` state.
+
+        Raises:
+            ValueError: the tree is empty (total priority 0).
+        """
         gen = as_generator(rng)
-        return self.find(gen.random(int(n)) * self.total)
+        v = gen.random(int(n))
+        v *= self.total
+        return self._find(v)
+
+
+def _resolve_backend(backend: str | None) -> ModuleType | None:
+    """The compiled kernel module for ``backend``, or None for the NumPy fallback."""
+    name = os.environ.get(_SUMTREE_ENV, "auto") if backend is None else backend
+    if name not in ("auto", "c", "numpy"):
+        source = "backend" if backend is not None else _SUMTREE_ENV
+        raise ValueError(f"SumTree {source} must be 'auto', 'c' or 'numpy', got {name!r}")
+    if name == "numpy":
+        return None
+    if _csumtree is None and name == "c":
+        raise ImportError(
+            "the compiled SumTree kernel replaystore._sumtree is not installed; reinstall "
+            "replaystore with a C compiler available, or use backend='numpy'"
+        )
+    return _csumtree
+
+
+def _as_int64(indices: ArrayLike) -> NDArray[np.int64] | None:
+    """``indices`` as a contiguous 1-D int64 array when it already has that dtype, else None."""
+    idx = np.asarray(indices)
+    if idx.dtype != np.int64:
+        return None
+    return np.ascontiguousarray(idx).reshape(-1)
 
 
 def recency_weights(n: int, power: float) -> NDArray[np.float64]:
@@ -177,6 +296,93 @@ def recency_weights(n: int, power: float) -> NDArray[np.float64]:
     if not np.isfinite(power):
         raise ValueError(f"recency power must be finite, got {power}")
     return np.arange(1, n + 1, dtype=np.float64) ** float(power)
+
+
+class AliasTable:
+    """Prepared weights for O(1) draws with replacement (Walker's alias method).
+
+    Build once (O(n), vectorised), then draw any number of items in O(1) each:
+    one uniform number picks a bucket and, with its fractional part, either the
+    bucket's own item or its alias. Pass it as ``weights`` to
+    :func:`weighted_sample_without_replacement` to reuse it across calls (the
+    trajectory buffer caches one per (pool size, recency power)).
+
+    The table is built with a vectorised "sweep": light items (below the mean
+    weight) are filled, in order, by heavy items in order; a heavy item whose
+    remaining mass drops below the mean becomes a bucket aliased to the next
+    heavy item. Prefix sums of deficits and excesses give every bucket at once.
+    Probabilities are exact up to float64 rounding (about ``n * 2**-53``
+    absolute per item).
+
+    Args:
+        weights: n >= 1 non-negative finite weights with a positive sum.
+
+    Raises:
+        ValueError: empty, negative, non-finite or all-zero weights.
+
+    Memory: 20 bytes per item (+ a 4-byte-per-item scratch buffer for sampling
+    without replacement, allocated on first use).
+    """
+
+    __slots__ = ("_lock", "_scratch", "alias", "n", "positive", "probability", "weights")
+
+    def __init__(self, weights: ArrayLike) -> None:
+        w = np.asarray(weights, dtype=np.float64).reshape(-1)
+        if w.size == 0:
+            raise ValueError("an AliasTable needs at least one weight")
+        if not np.isfinite(w).all():
+            raise ValueError("weights must be finite (found NaN or inf)")
+        if (w < 0).any():
+            raise ValueError(f"weights must be >= 0, found {float(w.min())}")
+        total = float(w.sum())
+        if not total > 0:
+            raise ValueError("weights must have a positive sum")
+        n = w.size
+        self.n = n
+        self.weights = w
+        self.positive = int(np.count_nonzero(w))
+        p = w * (n / total)  # mean 1
+        light = p < 1.0
+        li = np.flatnonzero(light)
+        hi = np.flatnonzero(~light)
+        prob = np.ones(n)
+        alias = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+        if li.size and hi.size:
+            deficit_end = np.cumsum(1.0 - p[li])
+            deficit_start = np.concatenate(([0.0], deficit_end[:-1]))
+            excess_end = np.cumsum(p[hi] - 1.0)
+            # Light item i is filled by the heavy item whose excess interval
+            # [E_{h-1}, E_h) holds the start of i's deficit interval.
+            owner = np.searchsorted(excess_end, deficit_start, side="right")
+            np.minimum(owner, hi.size - 1, out=owner)
+            prob[li] = p[li]
+            alias[li] = hi[owner]
+            # Heavy h (all but the last) gave away its excess plus the part of
+            # the light interval straddling E_h: that overshoot is h's own
+            # deficit, filled by heavy h + 1.
+            boundaries = np.concatenate(([0.0], deficit_end))
+            nxt = np.searchsorted(boundaries, excess_end[:-1], side="left")
+            np.minimum(nxt, boundaries.size - 1, out=nxt)
+            overshoot = np.clip(boundaries[nxt] - excess_end[:-1], 0.0, 1.0)
+            prob[hi[:-1]] = 1.0 - overshoot
+            alias[hi[:-1]] = hi[1:]
+        prob[w == 0] = 0.0  # never drawn, even through rounding
+        self.probability = prob
+        self.alias = alias
+        self._scratch: NDArray[np.int32] | None = None
+        self._lock = threading.Lock()
+
+    def draw(self, m: int, rng: SeedLike = None) -> NDArray[np.int64]:
+        """``m`` independent draws with probability ``w_i / sum(w)`` (with replacement).
+
+        Cost: O(m): one uniform number and two table lookups per draw.
+        """
+        gen = as_generator(rng)
+        x = gen.random(int(m)) * self.n
+        bucket = x.astype(np.int64)
+        np.minimum(bucket, self.n - 1, out=bucket)
+        own = (x - bucket) < self.probability[bucket]
+        return np.where(own, bucket, self.alias[bucket]).astype(np.int64, copy=False)
 
 
 def _check_weights(weights: ArrayLike, k: int) -> NDArray[np.float64]:
@@ -206,8 +412,19 @@ def _sample_es_keys(
     return top[np.argsort(keys[top], kind="stable")].astype(np.int64)
 
 
+def _first_occurrences(
+    draws: NDArray[np.int64], scratch: NDArray[np.int32] | NDArray[np.int64]
+) -> NDArray[np.int64]:
+    # scratch[item] = position of the item's first draw (writes of repeated
+    # indices are applied in order, so writing the reversed stream leaves the
+    # first position); an item is new where its position is its own.
+    order = np.arange(draws.size, dtype=scratch.dtype)
+    scratch[draws[::-1]] = order[::-1]
+    return draws[scratch[draws] == order]
+
+
 def _sample_rejection(
-    w: NDArray[np.float64],
+    w: NDArray[np.float64] | AliasTable,
     k: int,
     gen: np.random.Generator,
     cumulative: NDArray[np.float64] | None,
@@ -218,35 +435,67 @@ def _sample_rejection(
     # vectorised rounds and keep new items in draw order. If the stream stalls
     # (weights concentrated on the already-taken items), the remainder is
     # successive sampling from the untaken items: finish with ES keys.
-    cum = np.cumsum(w) if cumulative is None else cumulative
-    total = cum[-1]
-    taken = np.zeros(w.size, dtype=bool)
+    if isinstance(w, AliasTable):
+        table = w
+        n = table.n
+        weights = table.weights
+
+        def draw(m: int) -> NDArray[np.int64]:
+            return table.draw(m, gen)
+
+        with table._lock:
+            if table._scratch is None:
+                table._scratch = np.empty(n, dtype=np.int32 if n < 2**31 else np.int64)
+        scratch = table._scratch
+        lock = table._lock
+    else:
+        weights = w
+        n = w.size
+        cum = np.cumsum(w) if cumulative is None else cumulative
+        total = cum[-1]
+
+        def draw(m: int) -> NDArray[np.int64]:
+            out = np.searchsorted(cum, gen.random(m) * total, side="right")
+            return np.minimum(out, n - 1, out=out)
+
+        scratch = np.empty(n, dtype=np.int64)
+        lock = threading.Lock()
     chosen: list[NDArray[np.int64]] = []
     got = 0
-    first_pos = np.empty(w.size, dtype=np.int64)
-    for _ in range(max_rounds):
-        need = k - got
-        if need == 0:
-            break
-        m = int(need * 1.25) + 32
-        draws = np.searchsorted(cum, gen.random(m) * total, side="right")
-        np.minimum(draws, w.size - 1, out=draws)
-        draws = draws[~taken[draws]]
-        if draws.size == 0:
-            continue
-        order = np.arange(draws.size)
-        first_pos[draws[::-1]] = order[::-1]
-        new = draws[first_pos[draws] == order][:need]
-        taken[new] = True
-        chosen.append(new)
-        got += new.size
+    taken: NDArray[np.bool_] | None = None
+    with lock:
+        for _ in range(max_rounds):
+            need = k - got
+            if need == 0:
+                break
+            draws = draw(int(need * 1.25) + 32)
+            if taken is not None:
+                draws = draws[~taken[draws]]
+                if draws.size == 0:
+                    continue
+            new = _first_occurrences(draws, scratch)[:need]
+            chosen.append(new)
+            got += new.size
+            if got < k:
+                if taken is None:
+                    taken = np.zeros(n, dtype=bool)
+                    for earlier in chosen:
+                        taken[earlier] = True
+                else:
+                    taken[new] = True
     if got < k:
-        chosen.append(_sample_es_keys(w, k - got, gen, taken))
-    return np.concatenate(chosen).astype(np.int64) if chosen else np.empty(0, dtype=np.int64)
+        if taken is None:
+            taken = np.zeros(n, dtype=bool)
+        for earlier in chosen:
+            taken[earlier] = True
+        chosen.append(_sample_es_keys(weights, k - got, gen, taken))
+    if not chosen:
+        return np.empty(0, dtype=np.int64)
+    return np.concatenate(chosen).astype(np.int64, copy=False)
 
 
 def weighted_sample_without_replacement(
-    weights: ArrayLike,
+    weights: ArrayLike | AliasTable,
     k: int,
     rng: SeedLike = None,
     *,
@@ -261,14 +510,21 @@ def weighted_sample_without_replacement(
     replace=False, p=w / w.sum())``, computed much faster.
 
     Args:
-        weights: n non-negative finite weights; items of weight 0 are never drawn.
+        weights: n non-negative finite weights (items of weight 0 are never
+            drawn), or an :class:`AliasTable` prepared from them. A table is
+            the fast path for repeated calls on the same weights: no O(n)
+            validation or cumulative sum per call, O(1) per draw.
         k: number of distinct items, ``0 <= k <= count of positive weights``.
         rng: a seed or a ``numpy.random.Generator``.
         method: ``"keys"`` (Efraimidis-Spirakis, O(n)), ``"rejection"`` (draws with
-            replacement from the cumulative sum, keeps first occurrences;
-            O(k log n) when the weight mass is not concentrated on few items),
-            or ``"auto"`` (rejection when k is at most a quarter of n).
-        cumulative: optional precomputed ``np.cumsum(weights)`` to reuse across calls.
+            replacement, keeps first occurrences; O(k) with a table, O(k log n)
+            from a cumulative sum, while the mass is not concentrated on the
+            items already taken; a stalled stream finishes with keys), or
+            ``"auto"``: rejection when k is at most a quarter of n with a table,
+            at most 1/64 of n without one (binary search over a cold cumulative
+            sum loses to one pass of keys beyond that), else keys.
+        cumulative: optional precomputed ``np.cumsum(weights)`` to reuse across calls
+            (array weights and the rejection method only).
 
     Returns:
         int64 array of k distinct indices.
@@ -276,18 +532,33 @@ def weighted_sample_without_replacement(
     Raises:
         ValueError: negative/non-finite weights, or k larger than the number of
             positive weights.
+
+    Cost: for k = 100,000 of n = 1,000,000 with a prepared table, about a tenth
+    of numpy's weighted ``choice`` (see benchmarks/RESULTS-trajectories.md).
     """
-    w = _check_weights(weights, k)
+    if int(k) != k or k < 0:
+        raise ValueError(f"k must be a non-negative integer, got {k!r}")
     k = int(k)
+    if isinstance(weights, AliasTable):
+        if k > weights.positive:
+            raise ValueError(
+                f"cannot draw {k} distinct items: only {weights.positive} have positive weight"
+            )
+        w: NDArray[np.float64] | AliasTable = weights
+        n = weights.n
+    else:
+        w = _check_weights(weights, k)
+        n = w.size
+        if cumulative is not None and cumulative.shape != w.shape:
+            raise ValueError(f"cumulative has shape {cumulative.shape}, weights {w.shape}")
     gen = as_generator(rng)
     if k == 0:
         return np.empty(0, dtype=np.int64)
-    if cumulative is not None and cumulative.shape != w.shape:
-        raise ValueError(f"cumulative has shape {cumulative.shape}, weights {w.shape}")
     if method == "auto":
-        method = "rejection" if k * 4 <= w.size else "keys"
+        share = 4 if isinstance(w, AliasTable) else 64
+        method = "rejection" if k * share <= n else "keys"
     if method == "keys":
-        return _sample_es_keys(w, k, gen, None)
+        return _sample_es_keys(w.weights if isinstance(w, AliasTable) else w, k, gen, None)
     if method == "rejection":
         return _sample_rejection(w, k, gen, cumulative, max_rounds=8)
     raise ValueError(f"unknown method {method!r}; use 'auto', 'keys' or 'rejection'")

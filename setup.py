@@ -1,0 +1,18 @@
+"""Build the optional compiled SumTree kernel; all other metadata is in pyproject.toml.
+
+The extension is ``optional``: without a C compiler the install still succeeds and
+``replaystore.sampling.SumTree`` uses its NumPy fallback.
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "replaystore._sumtree",
+            sources=["src/replaystore/_sumtree.c"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        )
+    ]
+)

@@ -1,0 +1,54 @@
+"""Queryable agent experience (AWorld's ``aworld.replay_buffer`` API).
+
+Rows (:class:`ExpMeta` + :class:`Experience` -> :class:`DataRow`) go into a
+storage (in memory, SQLite, or shared between processes); :class:`QueryBuilder`
+conditions select rows; samplers pick tasks or rows; converters shape them.
+
+Switching from AWorld is an import change::
+
+    from replaystore.experience import (
+        ReplayBuffer, DataRow, ExpMeta, Experience, QueryBuilder,
+        RandomTaskSample, DefaultConverter, MultiProcMemoryStorage,
+    )
+"""
+
+from __future__ import annotations
+
+from replaystore.experience.buffer import ReplayBuffer
+from replaystore.experience.query import QueryBuilder
+from replaystore.experience.rows import DataRow, Experience, ExpMeta
+from replaystore.experience.sampling import (
+    Converter,
+    DefaultConverter,
+    RandomSampler,
+    RandomTaskSample,
+    Sampler,
+    TaskSampler,
+)
+from replaystore.experience.storage import (
+    InMemoryStorage,
+    MultiProcMemoryStorage,
+    SqliteStorage,
+    Storage,
+)
+
+ExperienceBuffer = ReplayBuffer
+
+__all__ = [
+    "Converter",
+    "DataRow",
+    "DefaultConverter",
+    "ExpMeta",
+    "Experience",
+    "ExperienceBuffer",
+    "InMemoryStorage",
+    "MultiProcMemoryStorage",
+    "QueryBuilder",
+    "RandomSampler",
+    "RandomTaskSample",
+    "ReplayBuffer",
+    "Sampler",
+    "SqliteStorage",
+    "Storage",
+    "TaskSampler",
+]

@@ -1,0 +1,335 @@
+"""Experience rows: :class:`ExpMeta`, :class:`Experience`, :class:`DataRow`, and their JSON codec.
+
+A row is the unit every storage holds: metadata that says *whose* step it is
+(task, agent, step number, wall-clock time) and the experience itself (state,
+actions, reward, advantage, value, chat messages). ``state`` and ``actions`` may
+be JSON values, dataclasses or pydantic models (anything with ``model_dump``);
+they are stored as JSON, never pickled, and read back as plain JSON values
+(dicts, lists, strings, numbers, booleans, ``None``).
+
+:func:`encode_row` is the one boundary where rows are checked: it validates the
+metadata, serialises the payload and returns a normalised copy that storages keep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from replaystore.errors import SchemaError
+
+__all__ = [
+    "META_FIELDS",
+    "PAYLOAD_FIELDS",
+    "DataRow",
+    "EncodedRow",
+    "ExpMeta",
+    "Experience",
+    "decode_row",
+    "encode_row",
+    "to_json_value",
+]
+
+META_FIELDS: tuple[str, ...] = (
+    "task_id",
+    "task_name",
+    "agent_id",
+    "step",
+    "execute_time",
+    "pre_agent",
+)
+"""Fields of :class:`ExpMeta`, in order; each is a column in SQL storages."""
+
+PAYLOAD_FIELDS: tuple[str, ...] = ("state", "actions", "reward_t", "adv_t", "v_t", "messages")
+"""Fields of :class:`Experience`, in order; stored together as one JSON object."""
+
+
+@dataclass(slots=True)
+class ExpMeta:
+    """Who produced a row, and when.
+
+    Attributes:
+        task_id: the episode/task the row belongs to; rows of one task are sampled together.
+        task_name: name of the task family (``None`` allowed).
+        agent_id: the agent that acted (``None`` allowed).
+        step: step number within the task (int).
+        execute_time: wall-clock time of the step, seconds since the epoch (float).
+        pre_agent: the agent that handed over to this one, if any.
+    """
+
+    task_id: str
+    task_name: str | None
+    agent_id: str | None
+    step: int
+    execute_time: float
+    pre_agent: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The metadata as a JSON object."""
+        return {name: getattr(self, name) for name in META_FIELDS}
+
+
+_NO_ACTION = object()
+
+
+@dataclass(slots=True, init=False)
+class Experience:
+    """One step of an agent's experience.
+
+    ``Experience(state, actions)`` is AWorld's current form; ``Experience(state=...,
+    action=...)`` (one action, as AWorld's README writes it) is accepted too and
+    stored as ``actions=[action]``; :attr:`action` reads it back.
+
+    Attributes:
+        state: what the agent observed (JSON value, dataclass or pydantic model).
+        actions: what it did (usually a list of actions).
+        reward_t, adv_t, v_t: reward, advantage and value estimate at this step.
+        messages: chat messages of the step (list of dicts), if any.
+    """
+
+    state: Any
+    actions: Any
+    reward_t: float | None
+    adv_t: float | None
+    v_t: float | None
+    messages: list[dict[str, Any]] | None
+
+    def __init__(
+        self,
+        state: Any = None,
+        actions: Any = None,
+        reward_t: float | None = None,
+        adv_t: float | None = None,
+        v_t: float | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        *,
+        action: Any = _NO_ACTION,
+    ) -> None:
+        if action is not _NO_ACTION:
+            if actions is not None:
+                raise SchemaError("Experience got both 'action' and 'actions'; pass one of them")
+            actions = [action]
+        self.state = state
+        self.actions = actions
+        self.reward_t = reward_t
+        self.adv_t = adv_t
+        self.v_t = v_t
+        self.messages = messages
+
+    @property
+    def action(self) -> Any:
+        """The first action (``actions[0]``), or ``actions`` itself when it is not a list."""
+        if isinstance(self.actions, list):
+            return self.actions[0] if self.actions else None
+        return self.actions
+
+    def to_dict(self) -> dict[str, Any]:
+        """The experience as a JSON object (models and dataclasses converted).
+
+        Raises:
+            SchemaError: a field holds a value JSON cannot represent.
+        """
+        return {name: to_json_value(getattr(self, name), name) for name in PAYLOAD_FIELDS}
+
+
+@dataclass(slots=True)
+class DataRow:
+    """One stored row: metadata, experience and a unique id (a fresh UUID4 string by default)."""
+
+    exp_meta: ExpMeta
+    exp_data: Experience
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as a JSON object: ``{"exp_meta": {...}, "exp_data": {...}, "id": ...}``."""
+        return {
+            "exp_meta": self.exp_meta.to_dict(),
+            "exp_data": self.exp_data.to_dict(),
+            "id": self.id,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> DataRow:
+        """Build a row from :meth:`to_dict` output (unknown keys are an error).
+
+        Raises:
+            SchemaError: a key is missing or unknown.
+        """
+        try:
+            meta = ExpMeta(**obj["exp_meta"])
+            data = Experience(**obj["exp_data"])
+        except (KeyError, TypeError) as exc:
+            raise SchemaError(f"cannot build a DataRow from {sorted(obj)!r}: {exc}") from exc
+        row_id = obj.get("id")
+        return cls(meta, data) if row_id is None else cls(meta, data, row_id)
+
+
+def _json_default(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):  # pydantic v2 models, duck-typed so pydantic stays optional
+        return dump(mode="json")
+    if type(obj).__module__ == "numpy" and hasattr(obj, "tolist"):
+        return obj.tolist()
+    raise TypeError(f"object of type {type(obj).__name__} is not JSON serialisable")
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, default=_json_default, allow_nan=False, separators=(",", ":"))
+
+
+def to_json_value(value: Any, where: str = "value") -> Any:
+    """Convert ``value`` to plain JSON data (dicts, lists, str, numbers, bools, None).
+
+    Dataclasses become objects of their fields, pydantic models their
+    ``model_dump(mode="json")``, NumPy scalars/arrays their ``tolist()``,
+    tuples become lists; dict keys become strings, as in JSON.
+
+    Raises:
+        SchemaError: ``value`` holds something JSON cannot represent (named by ``where``),
+            or a NaN/infinite float.
+    """
+    try:
+        return json.loads(_dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"{where}: {exc}") from exc
+
+
+@dataclass(slots=True)
+class EncodedRow:
+    """A validated row: the normalised :class:`DataRow` and its payload as JSON text."""
+
+    row: DataRow
+    payload_json: str
+
+
+def _check_str(value: Any, name: str, row_id: str, *, optional: bool) -> str | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, str):
+        return value
+    kind = "a string or None" if optional else "a string"
+    raise SchemaError(f"row {row_id!r}: exp_meta.{name} must be {kind}, got {value!r}")
+
+
+def _check_meta(meta: Any, row_id: str) -> ExpMeta:
+    if meta is None:
+        raise SchemaError(f"row {row_id!r}: exp_meta is required (got None)")
+    if isinstance(meta, Mapping):
+        unknown = set(meta) - set(META_FIELDS)
+        if unknown:
+            raise SchemaError(f"row {row_id!r}: unknown exp_meta field(s) {sorted(unknown)}")
+        get = meta.get
+    elif isinstance(meta, ExpMeta):
+
+        def get(name: str, default: Any = None) -> Any:
+            return getattr(meta, name)
+
+    else:
+        raise SchemaError(f"row {row_id!r}: exp_meta must be an ExpMeta, got {type(meta).__name__}")
+    step = get("step")
+    if isinstance(step, bool) or not isinstance(step, int):
+        try:
+            if isinstance(step, bool) or int(step) != step:
+                raise ValueError
+            step = int(step)
+        except (TypeError, ValueError):
+            raise SchemaError(
+                f"row {row_id!r}: exp_meta.step must be an integer, got {step!r}"
+            ) from None
+    if not -(2**63) <= step < 2**63:
+        raise SchemaError(f"row {row_id!r}: exp_meta.step {step} does not fit in 64 bits")
+    execute_time = get("execute_time")
+    try:
+        if isinstance(execute_time, bool):
+            raise TypeError
+        execute_time = float(execute_time)
+    except (TypeError, ValueError):
+        raise SchemaError(
+            f"row {row_id!r}: exp_meta.execute_time must be a number, got {execute_time!r}"
+        ) from None
+    if not math.isfinite(execute_time):
+        raise SchemaError(f"row {row_id!r}: exp_meta.execute_time must be finite")
+    task_id = _check_str(get("task_id"), "task_id", row_id, optional=False)
+    assert task_id is not None
+    return ExpMeta(
+        task_id=task_id,
+        task_name=_check_str(get("task_name"), "task_name", row_id, optional=True),
+        agent_id=_check_str(get("agent_id"), "agent_id", row_id, optional=True),
+        step=step,
+        execute_time=execute_time,
+        pre_agent=_check_str(get("pre_agent"), "pre_agent", row_id, optional=True),
+    )
+
+
+def encode_row(row: Any, where: str = "row") -> EncodedRow:
+    """Validate ``row`` and return its normalised copy plus the payload JSON text.
+
+    The copy holds an :class:`ExpMeta` with checked types and an
+    :class:`Experience` whose fields are plain JSON values; nothing of the
+    caller's objects is shared, so later changes to them do not reach the store.
+
+    Args:
+        row: a :class:`DataRow` (or a mapping as :meth:`DataRow.to_dict` returns).
+        where: how to name the row in errors (e.g. ``"data_batch[3]"``).
+
+    Raises:
+        SchemaError: ``row`` is None or not a row, ``exp_meta``/``exp_data`` is
+            missing, a metadata field has the wrong type, or the payload is not
+            JSON-serialisable (the message names the row id and the field).
+
+    Cost: one ``json.dumps`` and one ``json.loads`` of the payload.
+    """
+    if row is None:
+        raise SchemaError(f"{where} is None; expected a DataRow")
+    if isinstance(row, Mapping):
+        row = DataRow.from_dict(row)
+    if not isinstance(row, DataRow):
+        raise SchemaError(f"{where} must be a DataRow, got {type(row).__name__}")
+    row_id = row.id
+    if not isinstance(row_id, str) or not row_id:
+        raise SchemaError(f"{where}: id must be a non-empty string, got {row_id!r}")
+    meta = _check_meta(row.exp_meta, row_id)
+    exp = row.exp_data
+    if exp is None:
+        raise SchemaError(f"row {row_id!r}: exp_data is required (got None)")
+    if not isinstance(exp, Experience):
+        raise SchemaError(
+            f"row {row_id!r}: exp_data must be an Experience, got {type(exp).__name__}"
+        )
+    payload = {name: getattr(exp, name) for name in PAYLOAD_FIELDS}
+    try:
+        text = _dumps(payload)
+    except (TypeError, ValueError) as exc:
+        for name, value in payload.items():  # find the field to name in the error
+            try:
+                _dumps(value)
+            except (TypeError, ValueError) as field_exc:
+                raise SchemaError(
+                    f"row {row_id!r}: exp_data.{name} cannot be stored as JSON: {field_exc}"
+                ) from exc
+        raise SchemaError(f"row {row_id!r}: exp_data cannot be stored as JSON: {exc}") from exc
+    return EncodedRow(DataRow(meta, _experience_from_json(text), row_id), text)
+
+
+def _experience_from_json(text: str) -> Experience:
+    obj = json.loads(text)
+    exp = Experience.__new__(Experience)
+    exp.state = obj.get("state")
+    exp.actions = obj.get("actions")
+    exp.reward_t = obj.get("reward_t")
+    exp.adv_t = obj.get("adv_t")
+    exp.v_t = obj.get("v_t")
+    exp.messages = obj.get("messages")
+    return exp
+
+
+def decode_row(row_id: str, meta: tuple[Any, ...], payload_json: str) -> DataRow:
+    """Rebuild a row from its id, metadata tuple (in :data:`META_FIELDS` order) and payload."""
+    return DataRow(ExpMeta(*meta), _experience_from_json(payload_json), row_id)

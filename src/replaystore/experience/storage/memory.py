@@ -1,0 +1,328 @@
+"""In-process storage: :class:`InMemoryStorage` and :class:`RowIndex`, the structure under it.
+
+:class:`RowIndex` keeps rows by insertion sequence number, grouped by task,
+with indexes on ``task_id``, ``agent_id`` and ``task_name`` and FIFO capacity
+bookkeeping; every operation is O(1) amortised per row. The multi-process
+storage replays a shared log into one of these in every process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import chain
+from typing import Any
+
+from replaystore.errors import SchemaError
+from replaystore.experience.query import Condition, compile_predicate, validate_condition
+from replaystore.experience.rows import DataRow, encode_row
+from replaystore.experience.storage.base import (
+    Eviction,
+    Storage,
+    check_capacity,
+    check_count,
+    check_page,
+    choose,
+)
+from replaystore.sampling import SeedLike
+
+__all__ = ["InMemoryStorage", "RowIndex"]
+
+_INDEXED = ("agent_id", "task_name")
+
+# A plan: candidate rows grouped by task ({task_id: seqs}) and whether every
+# candidate is known to match (so the predicate need not run).
+_Plan = tuple[dict[str, Iterable[int]], bool]
+
+
+class RowIndex:
+    """Rows keyed by sequence number, grouped by task, with FIFO capacity.
+
+    Sequence numbers are assigned by the caller and must increase. Tasks are
+    ordered by their first row; a task that is evicted and later receives rows
+    again counts as a new, newest task.
+    """
+
+    def __init__(self, max_capacity: int | None, eviction: Eviction) -> None:
+        self.max_capacity = max_capacity
+        self.eviction = eviction
+        self.clear()
+
+    def clear(self) -> None:
+        self.rows: dict[int, DataRow] = {}
+        self.ids: dict[str, int] = {}
+        self.tasks: dict[str, deque[int]] = {}
+        self.task_first: dict[str, int] = {}
+        # Eviction queues hold (task_id, first seq) / seq entries; stale entries
+        # (already removed) are skipped when popped, so removal is O(1) amortised.
+        self.task_order: deque[tuple[str, int]] = deque()
+        self.row_order: deque[int] = deque()
+        self.index: dict[str, dict[Any, dict[str, dict[int, None]]]] = {f: {} for f in _INDEXED}
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def insert(self, seq: int, row: DataRow) -> None:
+        """Add a validated row under sequence number ``seq``."""
+        meta = row.exp_meta
+        tid = meta.task_id
+        self.rows[seq] = row
+        self.ids[row.id] = seq
+        seqs = self.tasks.get(tid)
+        if seqs is None:
+            seqs = self.tasks[tid] = deque()
+            self.task_first[tid] = seq
+            if self.eviction == "task":
+                self.task_order.append((tid, seq))
+        seqs.append(seq)
+        if self.eviction == "row":
+            self.row_order.append(seq)
+        for name in _INDEXED:
+            by_task = self.index[name].setdefault(getattr(meta, name), {})
+            by_task.setdefault(tid, {})[seq] = None
+
+    def remove(self, seq: int) -> None:
+        """Remove the row ``seq`` (no-op if absent). O(1) for the oldest row of its task."""
+        row = self.rows.pop(seq, None)
+        if row is None:
+            return
+        meta = row.exp_meta
+        tid = meta.task_id
+        del self.ids[row.id]
+        seqs = self.tasks[tid]
+        if seqs[0] == seq:
+            seqs.popleft()
+        else:
+            seqs.remove(seq)
+        if not seqs:
+            del self.tasks[tid]
+            del self.task_first[tid]
+        for name in _INDEXED:
+            values = self.index[name]
+            value = getattr(meta, name)
+            by_task = values[value]
+            task_seqs = by_task[tid]
+            del task_seqs[seq]
+            if not task_seqs:
+                del by_task[tid]
+                if not by_task:
+                    del values[value]
+
+    def enforce_capacity(self) -> list[int]:
+        """Evict oldest rows until ``len <= max_capacity``; return the evicted seqs.
+
+        Task mode evicts whole tasks, oldest first; when one task alone exceeds
+        the capacity, its oldest rows go. Row mode evicts single oldest rows.
+        """
+        cap = self.max_capacity
+        evicted: list[int] = []
+        if cap is None:
+            return evicted
+        while len(self.rows) > cap:
+            if self.eviction == "row":
+                seq = self.row_order.popleft()
+                if seq in self.rows:
+                    self.remove(seq)
+                    evicted.append(seq)
+                continue
+            tid, first = self.task_order[0]
+            if self.task_first.get(tid) != first:
+                self.task_order.popleft()  # stale: that task is gone already
+                continue
+            seqs = self.tasks[tid]
+            if len(self.tasks) > 1:
+                self.task_order.popleft()
+                doomed = list(seqs)
+            else:
+                doomed = list(seqs)[: len(self.rows) - cap]
+            for seq in doomed:
+                self.remove(seq)
+            evicted.extend(doomed)
+        return evicted
+
+    def oldest_seq(self) -> int | None:
+        """Sequence number of the oldest stored row (``None`` when empty). O(1) amortised."""
+        if not self.rows:
+            return None
+        if self.eviction == "row":
+            while self.row_order[0] not in self.rows:
+                self.row_order.popleft()
+            return self.row_order[0]
+        while True:
+            tid, first = self.task_order[0]
+            if self.task_first.get(tid) == first:
+                return self.tasks[tid][0]
+            self.task_order.popleft()
+
+    def drop_below(self, seq: int) -> None:
+        """Remove every row with a sequence number below ``seq`` (O(rows))."""
+        for old in [s for s in self.rows if s < seq]:
+            self.remove(old)
+
+    # ------------------------------------------------------------------ queries
+
+    def _plan(self, cond: Mapping[str, Any]) -> _Plan | None:
+        if "and_" in cond:
+            plans = [p for p in (self._plan(c) for c in cond["and_"]) if p is not None]
+            if not plans:
+                return None
+            best = min(plans, key=lambda p: len(p[0]))
+            return best[0], best[1] and len(cond["and_"]) == 1
+        if "or_" in cond:
+            plans = [self._plan(c) for c in cond["or_"]]
+            if any(p is None for p in plans):
+                return None
+            merged: dict[str, dict[int, None]] = {}
+            for groups, _ in plans:  # type: ignore[misc]
+                for tid, seqs in groups.items():
+                    merged.setdefault(tid, {}).update(dict.fromkeys(seqs))
+            return merged, all(p[1] for p in plans)  # type: ignore[index]
+        op = "in" if cond["op"] == "in_" else cond["op"]
+        field = cond["field"]
+        if op not in ("eq", "in") or not field.startswith("exp_meta."):
+            return None
+        name = field[len("exp_meta.") :]
+        values = [cond["value"]] if op == "eq" else list(cond["value"])
+        values = [v for v in dict.fromkeys(v for v in values if isinstance(v, str))]
+        if name == "task_id":
+            return {v: self.tasks[v] for v in values if v in self.tasks}, True
+        if name not in self.index:
+            return None
+        out: dict[str, Iterable[int]] = {}
+        for v in values:
+            for tid, seqs in self.index[name].get(v, {}).items():
+                out[tid] = seqs if tid not in out else chain(out[tid], seqs)
+        return out, True
+
+    def match(self, cond: Condition | None) -> list[int]:
+        """Sequence numbers of matching rows, in insertion order."""
+        if cond is None:
+            return list(self.rows)
+        pred = compile_predicate(cond)
+        plan = self._plan(cond)
+        rows = self.rows
+        if plan is None:
+            return [s for s, r in rows.items() if pred(r)]
+        groups, exact = plan
+        seqs = sorted(chain.from_iterable(groups.values()))
+        return seqs if exact else [s for s in seqs if pred(rows[s])]
+
+    def task_ids(self, cond: Condition | None) -> list[str]:
+        """Distinct task ids with a matching row, ordered by the task's first row."""
+        if cond is None:
+            return list(self.tasks)
+        validate_condition(cond)
+        plan = self._plan(cond)
+        if plan is not None and plan[1]:
+            first = self.task_first
+            return sorted(plan[0], key=first.__getitem__)
+        rows = self.rows
+        found = dict.fromkeys(rows[s].exp_meta.task_id for s in self.match(cond))
+        first = self.task_first
+        return sorted(found, key=first.__getitem__)
+
+    def task_rows(self, task_id: str) -> list[DataRow]:
+        rows = self.rows
+        return [rows[s] for s in self.tasks.get(task_id, ())]
+
+
+class InMemoryStorage(Storage):
+    """Rows in this process's memory: the fastest storage, for one process.
+
+    Args:
+        max_capacity: the most rows kept (default 10000, as AWorld); ``None`` for no limit.
+        eviction: ``"task"`` (default) evicts whole oldest tasks, so a sampled task
+            never misses its first steps; ``"row"`` evicts single oldest rows.
+
+    Cost: ``add`` is O(1) amortised (AWorld's recounts the whole store on every
+    add); ``size()`` is O(1); a query with ``eq``/``in_`` on ``exp_meta.task_id``,
+    ``agent_id`` or ``task_name`` touches only the matching rows, any other
+    query scans every row once. Returned rows are the stored objects: treat
+    them as read-only. Thread-safe (one lock around every call).
+    """
+
+    def __init__(self, max_capacity: int | None = 10000, *, eviction: Eviction = "task") -> None:
+        cap, mode = check_capacity(max_capacity, eviction)
+        self._index = RowIndex(cap, mode)
+        self._next_seq = 0
+        self._lock = threading.RLock()
+
+    @property
+    def max_capacity(self) -> int | None:
+        """The most rows kept (``None``: unbounded)."""
+        return self._index.max_capacity
+
+    @property
+    def eviction(self) -> Eviction:
+        """``"task"`` or ``"row"``."""
+        return self._index.eviction
+
+    def add(self, data: DataRow) -> None:
+        self.add_batch([data], _where="data")
+
+    def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
+        if data_batch is None or isinstance(data_batch, DataRow | Mapping):
+            raise SchemaError(f"add_batch expects a list of DataRow, got {type(data_batch)}")
+        encoded = [
+            encode_row(row, _where or f"data_batch[{i}]") for i, row in enumerate(data_batch)
+        ]
+        with self._lock:
+            index = self._index
+            seen: set[str] = set()
+            for e in encoded:
+                if e.row.id in index.ids or e.row.id in seen:
+                    raise SchemaError(f"row id {e.row.id!r} is already stored")
+                seen.add(e.row.id)
+            for e in encoded:
+                index.insert(self._next_seq, e.row)
+                self._next_seq += 1
+            index.enforce_capacity()
+
+    def size(self, query_condition: Condition | None = None) -> int:
+        with self._lock:
+            if query_condition is None:
+                return len(self._index)
+            return len(self._index.match(query_condition))
+
+    def get_paginated(
+        self, page: int, page_size: int, query_condition: Condition | None = None
+    ) -> list[DataRow]:
+        page, page_size = check_page(page, page_size)
+        with self._lock:
+            seqs = self._index.match(query_condition)
+            rows = self._index.rows
+            start = (page - 1) * page_size
+            return [rows[s] for s in seqs[start : start + page_size]]
+
+    def get_all(self, query_condition: Condition | None = None) -> list[DataRow]:
+        with self._lock:
+            if query_condition is None:
+                return list(self._index.rows.values())
+            rows = self._index.rows
+            return [rows[s] for s in self._index.match(query_condition)]
+
+    def get_by_task_id(self, task_id: str) -> list[DataRow]:
+        with self._lock:
+            return self._index.task_rows(task_id)
+
+    def get_batch_by_task_ids(self, task_ids: Sequence[str]) -> dict[str, list[DataRow]]:
+        with self._lock:
+            return {tid: self._index.task_rows(tid) for tid in task_ids}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._index.clear()
+
+    def task_ids(self, query_condition: Condition | None = None) -> list[str]:
+        with self._lock:
+            return self._index.task_ids(query_condition)
+
+    def sample_rows(
+        self, batch_size: int, query_condition: Condition | None = None, rng: SeedLike = None
+    ) -> list[DataRow]:
+        k = check_count(batch_size)
+        with self._lock:
+            seqs = self._index.match(query_condition)
+            rows = self._index.rows
+            return [rows[seqs[i]] for i in choose(len(seqs), k, rng)]

@@ -1,0 +1,275 @@
+"""Shared-memory storage for processes on one machine: :class:`MultiProcMemoryStorage`.
+
+AWorld's constructor is kept: ``MultiProcMemoryStorage(data_dict=manager.dict(),
+fifo_queue=manager.list(), lock=manager.Lock(), max_capacity=10000)``. What
+changes is how the three proxies are used, because AWorld's version recounts
+the whole store on every add (quadratic), takes its non-reentrant lock twice
+in ``add_batch`` (a deadlock) and keeps rows in shared-memory segments that
+are unlinked when the writing process exits (rows lost under ``fork``):
+
+* ``fifo_queue`` is an append-only **log** in the manager process: one entry
+  per ``add``/``add_batch`` call, holding the new rows (plain tuples of str and
+  numbers, the payload as JSON text) and the sequence numbers of the rows that
+  call evicted. Entries whose rows are all evicted are trimmed from its front.
+* ``data_dict`` holds the store's bookkeeping under one key (next sequence
+  number, log offset, a generation that ``clear()`` renews).
+* ``lock`` serialises writers and log reads; it is taken once per call.
+
+Every process replays the log into a local :class:`~replaystore.experience.storage.memory.RowIndex`
+(reading only the entries it has not seen), so queries and sampling run
+locally at in-memory speed and rows survive the processes that wrote them for
+as long as the manager runs.
+
+Cost: an add or add_batch is a constant number of round trips to the manager
+(about six) plus the transfer of its rows: O(1) amortised per row. A read
+first fetches the log entries written since this process last looked.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from replaystore.errors import SchemaError, StorageError
+from replaystore.experience.query import Condition
+from replaystore.experience.rows import DataRow, decode_row, encode_row
+from replaystore.experience.storage.base import (
+    Eviction,
+    Storage,
+    check_capacity,
+    check_count,
+    check_page,
+    choose,
+)
+from replaystore.experience.storage.memory import RowIndex
+from replaystore.sampling import SeedLike
+
+__all__ = ["MultiProcMemoryStorage"]
+
+_STATE_KEY = "__replaystore_state__"
+_COMPACT_MIN = 64  # dead log entries tolerated before trimming the log's front
+
+
+class MultiProcMemoryStorage(Storage):
+    """Rows shared by processes through a ``multiprocessing.Manager``.
+
+    Args:
+        data_dict: a ``Manager().dict()`` (bookkeeping).
+        fifo_queue: a ``Manager().list()`` (the row log).
+        lock: a ``Manager().Lock()`` (or any lock shared by the processes).
+        max_capacity: the most rows kept (default 10000); ``None`` for no limit.
+        eviction: ``"task"`` (default, whole oldest tasks) or ``"row"``.
+
+    Works with the ``fork`` and ``spawn`` start methods: pass the storage (or a
+    ``ReplayBuffer`` holding it) to child processes. All processes must be
+    built with the same ``max_capacity`` and ``eviction`` (a forked or pickled
+    copy is).
+    """
+
+    def __init__(
+        self,
+        data_dict: Any,
+        fifo_queue: Any,
+        lock: Any,
+        max_capacity: int | None = 10000,
+        *,
+        eviction: Eviction = "task",
+    ) -> None:
+        self.max_capacity, self.eviction = check_capacity(max_capacity, eviction)
+        self._data = data_dict
+        self._log = fifo_queue
+        self._lock = lock
+        self._reset_local()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "max_capacity": self.max_capacity,
+            "eviction": self.eviction,
+            "_data": self._data,
+            "_log": self._log,
+            "_lock": self._lock,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_local()
+
+    def _reset_local(self) -> None:
+        self._index = RowIndex(self.max_capacity, self.eviction)
+        self._gen: str | None = None
+        self._pos = 0  # absolute log position replayed so far
+        self._batches: deque[tuple[int, int]] = deque()  # (log position, first seq), live ones
+        self._local = threading.RLock()
+        self._pid = os.getpid()
+
+    def _local_lock(self) -> threading.RLock:
+        if self._pid != os.getpid():  # a forked child: a held thread lock would never free
+            self._local = threading.RLock()
+            self._pid = os.getpid()
+        return self._local
+
+    # ------------------------------------------------------------------ log replay
+
+    def _sync(self) -> dict[str, Any]:
+        """Bring the local index up to date with the shared log; return the shared state."""
+        state = self._data.get(_STATE_KEY)
+        if state is None:
+            state = {"gen": uuid.uuid4().hex, "base": 0, "base_seq": 0, "next_seq": 0, "end": 0}
+            self._data[_STATE_KEY] = state
+        if state["gen"] != self._gen:
+            self._index.clear()
+            self._batches.clear()
+            self._gen = state["gen"]
+            self._pos = state["base"]
+        if self._pos < state["base"]:
+            # Entries we missed were trimmed: every row they held is gone.
+            self._index.drop_below(state["base_seq"])
+            self._pos = state["base"]
+        if self._pos < state["end"]:
+            for entry in self._log[self._pos - state["base"] : state["end"] - state["base"]]:
+                self._apply(entry)
+        return state
+
+    def _apply(self, entry: tuple[int, list[tuple[Any, ...]], list[int]]) -> None:
+        first, records, evicted = entry
+        index = self._index
+        for offset, rec in enumerate(records):
+            index.insert(first + offset, decode_row(rec[0], rec[1:7], rec[7]))
+        for seq in evicted:
+            index.remove(seq)
+        self._batches.append((self._pos, first))
+        self._pos += 1
+
+    def _dead_prefix(self, state: dict[str, Any]) -> int:
+        """Number of log entries at the front whose rows are all evicted."""
+        oldest = self._index.oldest_seq()
+        if oldest is None:
+            oldest = state["next_seq"]
+        batches = self._batches
+        while batches:
+            end = batches[1][1] if len(batches) > 1 else state["next_seq"]
+            if end > oldest:
+                break
+            batches.popleft()
+        first_live = batches[0][0] if batches else self._pos
+        return first_live - state["base"]
+
+    # ------------------------------------------------------------------ writing
+
+    def add(self, data: DataRow) -> None:
+        self.add_batch([data], _where="data")
+
+    def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
+        if data_batch is None or isinstance(data_batch, DataRow | Mapping):
+            raise SchemaError(f"add_batch expects a list of DataRow, got {type(data_batch)}")
+        encoded = [
+            encode_row(row, _where or f"data_batch[{i}]") for i, row in enumerate(data_batch)
+        ]
+        if not encoded:
+            return
+        records = [
+            (
+                e.row.id,
+                e.row.exp_meta.task_id,
+                e.row.exp_meta.task_name,
+                e.row.exp_meta.agent_id,
+                e.row.exp_meta.step,
+                e.row.exp_meta.execute_time,
+                e.row.exp_meta.pre_agent,
+                e.payload_json,
+            )
+            for e in encoded
+        ]
+        with self._local_lock(), self._lock:
+            state = self._sync()
+            index = self._index
+            ids = [e.row.id for e in encoded]
+            if len(set(ids)) != len(ids) or any(i in index.ids for i in ids):
+                dup = next(i for n, i in enumerate(ids) if i in index.ids or i in ids[:n])
+                raise SchemaError(f"row id {dup!r} is already stored")
+            first = state["next_seq"]
+            try:
+                for offset, e in enumerate(encoded):
+                    index.insert(first + offset, e.row)
+                evicted = index.enforce_capacity()
+                self._log.append((first, records, evicted))
+                self._batches.append((self._pos, first))
+                self._pos += 1
+                state["next_seq"] = first + len(encoded)
+                state["end"] = self._pos
+                dead = self._dead_prefix(state)
+                if dead >= _COMPACT_MIN and dead >= state["end"] - state["base"] - dead:
+                    del self._log[:dead]
+                    state["base"] += dead
+                    state["base_seq"] = self._batches[0][1] if self._batches else state["next_seq"]
+                self._data[_STATE_KEY] = state
+            except BaseException as exc:
+                self._gen = None  # the local index may be ahead of the log: rebuild on next use
+                if isinstance(exc, Exception) and not isinstance(exc, SchemaError):
+                    raise StorageError(f"multi-process store write failed: {exc}") from exc
+                raise
+
+    def clear(self) -> None:
+        with self._local_lock(), self._lock:
+            del self._log[:]
+            self._data[_STATE_KEY] = {
+                "gen": uuid.uuid4().hex,
+                "base": 0,
+                "base_seq": 0,
+                "next_seq": 0,
+                "end": 0,
+            }
+            self._sync()
+
+    # ------------------------------------------------------------------ reading
+
+    def _synced(self) -> RowIndex:
+        with self._lock:
+            self._sync()
+        return self._index
+
+    def size(self, query_condition: Condition | None = None) -> int:
+        with self._local_lock():
+            index = self._synced()
+            return len(index) if query_condition is None else len(index.match(query_condition))
+
+    def get_paginated(
+        self, page: int, page_size: int, query_condition: Condition | None = None
+    ) -> list[DataRow]:
+        page, page_size = check_page(page, page_size)
+        with self._local_lock():
+            index = self._synced()
+            seqs = index.match(query_condition)
+            start = (page - 1) * page_size
+            return [index.rows[s] for s in seqs[start : start + page_size]]
+
+    def get_all(self, query_condition: Condition | None = None) -> list[DataRow]:
+        with self._local_lock():
+            index = self._synced()
+            return [index.rows[s] for s in index.match(query_condition)]
+
+    def get_by_task_id(self, task_id: str) -> list[DataRow]:
+        with self._local_lock():
+            return self._synced().task_rows(task_id)
+
+    def get_batch_by_task_ids(self, task_ids: Sequence[str]) -> dict[str, list[DataRow]]:
+        with self._local_lock():
+            index = self._synced()
+            return {tid: index.task_rows(tid) for tid in task_ids}
+
+    def task_ids(self, query_condition: Condition | None = None) -> list[str]:
+        with self._local_lock():
+            return self._synced().task_ids(query_condition)
+
+    def sample_rows(
+        self, batch_size: int, query_condition: Condition | None = None, rng: SeedLike = None
+    ) -> list[DataRow]:
+        k = check_count(batch_size)
+        with self._local_lock():
+            index = self._synced()
+            seqs = index.match(query_condition)
+            return [index.rows[seqs[i]] for i in choose(len(seqs), k, rng)]

@@ -1,0 +1,447 @@
+"""SQLite storage: :class:`SqliteStorage`, the embedded default many processes can share.
+
+One file holds the rows: metadata in indexed columns, the experience as JSON
+text. Each process (and each fork) opens its own connection; writers take the
+write lock for one short transaction per batch (``BEGIN IMMEDIATE``), readers
+never block writers (WAL). Query conditions are compiled to SQL with bound
+parameters (values are never written into SQL text) and payload paths are
+read with ``json_extract``. Random selection is done on the filtered set of
+sequence numbers with a seeded NumPy generator, so the same seed gives the same
+sample on the same store.
+
+A process killed at any instant leaves the file consistent: a batch is in it
+whole or not at all (SQLite's journal), and ``PRAGMA integrity_check`` passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replaystore.errors import SchemaError, StorageError
+from replaystore.experience.query import Condition, compile_sql
+from replaystore.experience.rows import META_FIELDS, DataRow, decode_row, encode_row
+from replaystore.experience.storage.base import (
+    Eviction,
+    Storage,
+    check_capacity,
+    check_count,
+    check_page,
+    choose,
+)
+from replaystore.sampling import SeedLike
+
+__all__ = ["SqliteStorage"]
+
+log = logging.getLogger("replaystore.experience.sqlite")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS rows (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    task_id TEXT NOT NULL,
+    task_name TEXT,
+    agent_id TEXT,
+    step INTEGER NOT NULL,
+    execute_time REAL NOT NULL,
+    pre_agent TEXT,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS rows_task ON rows (task_id, seq);
+CREATE INDEX IF NOT EXISTS rows_agent ON rows (agent_id, task_id);
+CREATE INDEX IF NOT EXISTS rows_task_name ON rows (task_name, task_id);
+CREATE INDEX IF NOT EXISTS rows_step ON rows (step);
+CREATE INDEX IF NOT EXISTS rows_execute_time ON rows (execute_time);
+CREATE INDEX IF NOT EXISTS rows_pre_agent ON rows (pre_agent);
+CREATE TABLE IF NOT EXISTS tasks (
+    task_id TEXT PRIMARY KEY,
+    first_seq INTEGER NOT NULL,
+    n_rows INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_first ON tasks (first_seq);
+CREATE TABLE IF NOT EXISTS stats (
+    key TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO stats (key, value) VALUES ('n_rows', 0);
+"""
+
+_COLUMNS = "seq, id, " + ", ".join(META_FIELDS) + ", data"
+_INSERT = (
+    "INSERT INTO rows (id, " + ", ".join(META_FIELDS) + ", data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
+
+
+class SqliteStorage(Storage):
+    """Rows in one SQLite file, safe for many writer and reader processes.
+
+    Args:
+        path: the database file (created with its parent directory if missing).
+        max_capacity: the most rows kept; ``None`` (default) for no limit.
+        eviction: ``"task"`` (default) evicts whole oldest tasks; ``"row"`` single rows.
+        timeout: seconds to wait for another process's write lock before failing.
+
+    Cost: ``add_batch`` of n rows is one transaction with n inserts (plus the
+    evictions it causes); ``size()`` reads a counter; a query uses the indexes on
+    the metadata columns (``task_id``, ``agent_id``, ``task_name``, ``step``,
+    ``execute_time``, ``pre_agent``) and scans only for payload paths.
+
+    Raises:
+        StorageError: the file cannot be opened or is not a replaystore database.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        max_capacity: int | None = None,
+        *,
+        eviction: Eviction = "task",
+        timeout: float = 60.0,
+    ) -> None:
+        self.max_capacity, self.eviction = check_capacity(max_capacity, eviction)
+        self.path = Path(path)
+        self.timeout = float(timeout)
+        self._conn: sqlite3.Connection | None = None
+        self._pid = -1
+        self._lock = threading.RLock()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._connect()
+
+    # ------------------------------------------------------------------ connection
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Connections do not cross processes: a pickled storage reconnects on use.
+        return {
+            "path": self.path,
+            "max_capacity": self.max_capacity,
+            "eviction": self.eviction,
+            "timeout": self.timeout,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._conn = None
+        self._pid = -1
+        self._lock = threading.RLock()
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        # After a fork the parent's connection must not be used (or closed) here.
+        self._conn = None
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open SQLite store {self.path}: {exc}") from exc
+        conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute("BEGIN IMMEDIATE")
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute("COMMIT")
+                break
+            except sqlite3.OperationalError as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                if busy and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    continue
+                conn.close()
+                raise StorageError(f"cannot initialise SQLite store {self.path}: {exc}") from exc
+            except sqlite3.DatabaseError as exc:
+                conn.close()
+                raise StorageError(f"{self.path} is not a usable SQLite store: {exc}") from exc
+        if str(mode).lower() != "wal":
+            log.warning("%s: journal_mode is %s, not WAL", self.path, mode)
+        self._conn = conn
+        self._pid = os.getpid()
+        return conn
+
+    def close(self) -> None:
+        """Close this process's connection (it reopens on the next call)."""
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    @contextlib.contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: one consistent snapshot for several statements."""
+        with self._lock:
+            conn = self._connect()
+            conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._connect()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    # ------------------------------------------------------------------ writing
+
+    def add(self, data: DataRow) -> None:
+        self.add_batch([data], _where="data")
+
+    def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
+        if data_batch is None or isinstance(data_batch, DataRow | Mapping):
+            raise SchemaError(f"add_batch expects a list of DataRow, got {type(data_batch)}")
+        encoded = [
+            encode_row(row, _where or f"data_batch[{i}]") for i, row in enumerate(data_batch)
+        ]
+        if not encoded:
+            return
+        params = [
+            (
+                e.row.id,
+                e.row.exp_meta.task_id,
+                e.row.exp_meta.task_name,
+                e.row.exp_meta.agent_id,
+                e.row.exp_meta.step,
+                e.row.exp_meta.execute_time,
+                e.row.exp_meta.pre_agent,
+                e.payload_json,
+            )
+            for e in encoded
+        ]
+        with self._write() as conn:
+            before = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'rows'").fetchone()
+            try:
+                conn.executemany(_INSERT, params)
+            except sqlite3.IntegrityError as exc:
+                raise SchemaError(f"{self._duplicate(conn, encoded)}; batch not stored") from exc
+            first = (before[0] if before else 0) + 1
+            # Task bookkeeping: one row per task (first seq, count) for FIFO eviction.
+            counts: dict[str, list[int]] = {}
+            for offset, e in enumerate(encoded):
+                entry = counts.setdefault(e.row.exp_meta.task_id, [first + offset, 0])
+                entry[1] += 1
+            conn.executemany(
+                "INSERT INTO tasks (task_id, first_seq, n_rows) VALUES (?, ?, ?) "
+                "ON CONFLICT (task_id) DO UPDATE SET n_rows = n_rows + excluded.n_rows",
+                [(tid, s, n) for tid, (s, n) in counts.items()],
+            )
+            conn.execute("UPDATE stats SET value = value + ? WHERE key = 'n_rows'", (len(encoded),))
+            self._enforce_capacity(conn)
+
+    @staticmethod
+    def _duplicate(conn: sqlite3.Connection, encoded: Sequence[Any]) -> str:
+        seen: set[str] = set()
+        for e in encoded:
+            row_id = e.row.id
+            if row_id in seen:
+                return f"row id {row_id!r} appears twice in the batch"
+            seen.add(row_id)
+            if conn.execute("SELECT 1 FROM rows WHERE id = ?", (row_id,)).fetchone():
+                return f"row id {row_id!r} is already stored"
+        return "a row id is already stored"
+
+    def _count(self, conn: sqlite3.Connection) -> int:
+        return int(conn.execute("SELECT value FROM stats WHERE key = 'n_rows'").fetchone()[0])
+
+    def _enforce_capacity(self, conn: sqlite3.Connection) -> None:
+        cap = self.max_capacity
+        if cap is None:
+            return
+        total = self._count(conn)
+        removed = 0
+        while total - removed > cap:
+            excess = total - removed - cap
+            if self.eviction == "row":
+                doomed = conn.execute(
+                    "SELECT task_id, count(*), max(seq) FROM "
+                    "(SELECT task_id, seq FROM rows ORDER BY seq LIMIT ?) GROUP BY task_id",
+                    (excess,),
+                ).fetchall()
+                cut = max(s for _, _, s in doomed)
+                conn.execute("DELETE FROM rows WHERE seq <= ?", (cut,))
+                for tid, n, _ in doomed:
+                    self._shrink_task(conn, tid, n)
+                removed += sum(n for _, n, _ in doomed)
+                continue
+            oldest = conn.execute(
+                "SELECT task_id, n_rows FROM tasks ORDER BY first_seq LIMIT 2"
+            ).fetchall()
+            tid, n = oldest[0]
+            if len(oldest) > 1:
+                conn.execute("DELETE FROM rows WHERE task_id = ?", (tid,))
+                conn.execute("DELETE FROM tasks WHERE task_id = ?", (tid,))
+                removed += n
+            else:  # one task alone exceeds the capacity: keep its newest rows
+                conn.execute(
+                    "DELETE FROM rows WHERE seq IN "
+                    "(SELECT seq FROM rows WHERE task_id = ? ORDER BY seq LIMIT ?)",
+                    (tid, excess),
+                )
+                self._shrink_task(conn, tid, excess)
+                removed += excess
+        if removed:
+            conn.execute("UPDATE stats SET value = value - ? WHERE key = 'n_rows'", (removed,))
+
+    @staticmethod
+    def _shrink_task(conn: sqlite3.Connection, task_id: str, n: int) -> None:
+        left = conn.execute("SELECT min(seq) FROM rows WHERE task_id = ?", (task_id,)).fetchone()[0]
+        if left is None:
+            conn.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
+        else:
+            conn.execute(
+                "UPDATE tasks SET n_rows = n_rows - ?, first_seq = ? WHERE task_id = ?",
+                (n, left, task_id),
+            )
+
+    def clear(self) -> None:
+        with self._write() as conn:
+            conn.execute("DELETE FROM rows")
+            conn.execute("DELETE FROM tasks")
+            conn.execute("UPDATE stats SET value = 0 WHERE key = 'n_rows'")
+
+    # ------------------------------------------------------------------ reading
+
+    @staticmethod
+    def _decode(records: list[tuple[Any, ...]]) -> list[DataRow]:
+        return [decode_row(r[1], r[2:8], r[8]) for r in records]
+
+    def size(self, query_condition: Condition | None = None) -> int:
+        with self._read() as conn:
+            if query_condition is None:
+                return self._count(conn)
+            where, params = compile_sql(query_condition)
+            sql = f"SELECT count(*) FROM rows WHERE {where}"
+            return int(conn.execute(sql, params).fetchone()[0])
+
+    def get_paginated(
+        self, page: int, page_size: int, query_condition: Condition | None = None
+    ) -> list[DataRow]:
+        page, page_size = check_page(page, page_size)
+        where, params = compile_sql(query_condition)
+        with self._read() as conn:
+            records = conn.execute(
+                f"SELECT {_COLUMNS} FROM rows WHERE {where} ORDER BY seq LIMIT ? OFFSET ?",
+                [*params, page_size, (page - 1) * page_size],
+            ).fetchall()
+        return self._decode(records)
+
+    def get_all(self, query_condition: Condition | None = None) -> list[DataRow]:
+        where, params = compile_sql(query_condition)
+        with self._read() as conn:
+            records = conn.execute(
+                f"SELECT {_COLUMNS} FROM rows WHERE {where} ORDER BY seq", params
+            ).fetchall()
+        return self._decode(records)
+
+    def get_by_task_id(self, task_id: str) -> list[DataRow]:
+        return self.get_batch_by_task_ids([task_id])[task_id]
+
+    def get_batch_by_task_ids(self, task_ids: Sequence[str]) -> dict[str, list[DataRow]]:
+        wanted = list(dict.fromkeys(task_ids))
+        out: dict[str, list[DataRow]] = {tid: [] for tid in wanted}
+        with self._read() as conn:
+            for start in range(0, len(wanted), _CHUNK):
+                chunk = wanted[start : start + _CHUNK]
+                records = conn.execute(
+                    f"SELECT {_COLUMNS} FROM rows WHERE task_id IN "
+                    f"({', '.join('?' * len(chunk))}) ORDER BY task_id, seq",
+                    chunk,
+                ).fetchall()
+                for row in self._decode(records):
+                    out[row.exp_meta.task_id].append(row)
+        return out
+
+    def _fetch_seqs(self, conn: sqlite3.Connection, seqs: Sequence[int]) -> list[DataRow]:
+        by_seq: dict[int, DataRow] = {}
+        for start in range(0, len(seqs), _CHUNK):
+            chunk = list(seqs[start : start + _CHUNK])
+            records = conn.execute(
+                f"SELECT {_COLUMNS} FROM rows WHERE seq IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            for rec, row in zip(records, self._decode(records), strict=True):
+                by_seq[rec[0]] = row
+        return [by_seq[s] for s in seqs if s in by_seq]
+
+    def task_ids(self, query_condition: Condition | None = None) -> list[str]:
+        with self._read() as conn:
+            return self._task_ids(conn, query_condition)
+
+    def _task_ids(self, conn: sqlite3.Connection, cond: Condition | None) -> list[str]:
+        if cond is None:
+            sql, params = "SELECT task_id FROM tasks ORDER BY first_seq", []
+        else:
+            where, params = compile_sql(cond)
+            sql = f"SELECT DISTINCT task_id FROM rows WHERE {where}"
+        ids = [r[0] for r in conn.execute(sql, params)]
+        # A deterministic order (the same store gives the same list) for seeded sampling.
+        return ids if cond is None else sorted(ids)
+
+    def sample_task_ids(
+        self, batch_size: int, query_condition: Condition | None = None, rng: SeedLike = None
+    ) -> list[str]:
+        k = check_count(batch_size)
+        with self._read() as conn:
+            ids = self._task_ids(conn, query_condition)
+        return [ids[i] for i in choose(len(ids), k, rng)]
+
+    def sample_tasks(
+        self, batch_size: int, query_condition: Condition | None = None, rng: SeedLike = None
+    ) -> dict[str, list[DataRow]]:
+        """Sample task ids and read their rows in one snapshot (no task vanishes between)."""
+        k = check_count(batch_size)
+        with self._read() as conn:
+            ids = self._task_ids(conn, query_condition)
+            picked = [ids[i] for i in choose(len(ids), k, rng)]
+            out: dict[str, list[DataRow]] = {tid: [] for tid in picked}
+            for start in range(0, len(picked), _CHUNK):
+                chunk = picked[start : start + _CHUNK]
+                records = conn.execute(
+                    f"SELECT {_COLUMNS} FROM rows WHERE task_id IN "
+                    f"({', '.join('?' * len(chunk))}) ORDER BY seq",
+                    chunk,
+                ).fetchall()
+                for row in self._decode(records):
+                    out[row.exp_meta.task_id].append(row)
+        return out
+
+    def sample_rows(
+        self, batch_size: int, query_condition: Condition | None = None, rng: SeedLike = None
+    ) -> list[DataRow]:
+        k = check_count(batch_size)
+        where, params = compile_sql(query_condition)
+        with self._read() as conn:
+            seqs = np.fromiter(
+                (r[0] for r in conn.execute(f"SELECT seq FROM rows WHERE {where}", params)),
+                dtype=np.int64,
+            )
+            picked = seqs[choose(len(seqs), k, rng)].tolist()
+            return self._fetch_seqs(conn, picked)
+
+    def integrity_check(self) -> str:
+        """``PRAGMA integrity_check`` of the file: ``"ok"`` when it is sound."""
+        with self._read() as conn:
+            return str(conn.execute("PRAGMA integrity_check").fetchone()[0])

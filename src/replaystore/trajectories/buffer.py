@@ -1,0 +1,858 @@
+"""WebGym's trajectory replay buffer, as a ``torch.utils.data.Dataset``, fixed and fast.
+
+One sample per step of every (non-dummy) trajectory::
+
+    {"message": [chat messages of the prompt], "action": raw model response,
+     "trajectory_reward": final reward of the trajectory, "same_as_next_screenshot": bool}
+
+(only ``message`` and ``action`` with ``include_reward_in_sample=False``).
+
+How it is built: per-step facts (trajectory, step, trajectory reward,
+same-as-next flag, eligibility) live in NumPy arrays; prompts are parsed (or
+built by the agent's conversation builder) only when a sample is accessed. So
+the buffer costs a few dozen bytes per step instead of WebGym's ~4.4 KiB of
+Python objects, and building it is a few vectorised passes. Opened with
+:meth:`ReplayBuffer.from_storage`, it keeps only that index in memory and reads
+each step from its iteration file on access.
+
+Where we differ from WebGym (each is a WebGym bug or gap, see
+docs/readme/trajectories.md):
+
+* ``shuffle`` permutes the order of ``len``/``getitem`` only, with a seed;
+  WebGym shuffled the sample list but kept the pre-shuffle training indices, so
+  ``filter_successful_only=True, shuffle=True`` served mostly failed steps.
+* ``capacity`` keeps the most recent samples in collection order and every
+  index stays valid (WebGym's indices could point past the truncated list).
+* ``get_training_samples`` always draws from training-eligible samples only
+  (successful trajectory, and not same-as-next when ``filter_same_screenshot``),
+  whatever ``filter_successful_only`` says; WebGym returned every sample when
+  ``filter_successful_only=False``.
+* a final reward of None raises :class:`TrajectoryError` naming the trajectory
+  (WebGym: ``AttributeError`` deep inside, or a silent "failed").
+* ``same_as_next_screenshot`` is computed from the pixels when a step lacks it
+  (WebGym assumed "different").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import numbers
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol, overload
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch.utils.data import Dataset, Subset
+
+from replaystore.errors import SchemaError, TrajectoryError
+from replaystore.sampling import AliasTable, recency_weights, weighted_sample_without_replacement
+from replaystore.trajectories.components import Observation, Response, Step, step_from_dict
+from replaystore.trajectories.screenshots import (
+    ScreenshotFingerprinter,
+    default_fingerprinter,
+    same_as_next_flags,
+)
+
+__all__ = ["BufferStats", "ReplayBuffer", "SampleList", "TrajectoryBuffer"]
+
+logger = logging.getLogger("replaystore.trajectories.buffer")
+
+SAME_KEY = "same_as_next_screenshot"
+# Flag codes while indexing: 0 different, 1 same, 2 not precomputed.
+_FLAG_CODES: dict[Any, int] = {False: 0, True: 1, None: 2}
+_UNKNOWN = 2
+_TABLE_CACHE_SIZE = 4
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _field(obj: Any, name: str) -> Any:
+    """A field of a component given as an object or as its dict form (None if absent)."""
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _step_part(step: Any, key: str) -> Any:
+    if isinstance(step, Mapping):
+        return step.get(key)
+    if isinstance(step, Step):
+        return getattr(step, key)
+    return None
+
+
+def is_dummy_trajectory(trajectory: Sequence[Any]) -> bool:
+    """WebGym's placeholder for an invalid URL: exactly one step whose action key is
+    ``invalid_url``, whose observation has an empty image path, or whose action
+    string contains "Invalid URL"."""
+    if len(trajectory) != 1:
+        return False
+    step = trajectory[0]
+    observation = _step_part(step, "observation")
+    if observation is not None and _field(observation, "image_path") == "":
+        return True
+    action = _step_part(step, "action")
+    if action is None:
+        return False
+    inner = _field(action, "action")
+    if isinstance(inner, Mapping) and inner.get("key") == "invalid_url":
+        return True
+    text = _field(action, "action_string")
+    return isinstance(text, str) and "Invalid URL" in text
+
+
+def final_reward(trajectory: Sequence[Any], where: str) -> float:
+    """The final step's reward as a float.
+
+    Raises:
+        TrajectoryError: the trajectory is empty, or its final reward is missing,
+            None, not a number or not finite (``where`` names the trajectory).
+    """
+    if len(trajectory) == 0:
+        raise TrajectoryError(f"{where} has no steps")
+    last = len(trajectory) - 1
+    reward = _step_part(trajectory[last], "reward")
+    if reward is None:
+        raise TrajectoryError(f"{where}: final step {last} has no 'reward'")
+    value = _field(reward, "reward")
+    if value is None:
+        raise TrajectoryError(
+            f"{where}: final step {last} has reward None, so success is undefined "
+            "(WebGym raises AttributeError here); set a numeric final reward or drop "
+            "the trajectory"
+        )
+    if not isinstance(value, numbers.Real):
+        raise TrajectoryError(f"{where}: final step {last} has a non-numeric reward {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise TrajectoryError(f"{where}: final step {last} has a non-finite reward {number}")
+    return number
+
+
+def as_step_mapping(raw: Any, where: str) -> Mapping[str, Any]:
+    """WebGym's step mapping with component objects, from a mapping, dict form or Step.
+
+    Raises:
+        TrajectoryError: ``raw`` is not a step or a component is malformed.
+    """
+    if isinstance(raw, Step):
+        return raw.to_mapping()
+    if isinstance(raw, Mapping):
+        if isinstance(raw.get("response"), Response) and isinstance(
+            raw.get("observation"), Observation
+        ):
+            return raw
+        try:
+            return step_from_dict(raw)
+        except SchemaError as exc:
+            raise TrajectoryError(f"{where} is malformed: {exc}") from None
+    raise TrajectoryError(f"{where} is a {type(raw).__name__}, not a step mapping")
+
+
+def parse_prompt(raw_prompt: str, where: str) -> list[dict[str, Any]]:
+    """Chat messages from a stored ``raw_prompt`` (JSON list of ``{"role", "content"}``).
+
+    Raises:
+        TrajectoryError: not JSON, or not a list of messages with role and content.
+    """
+    try:
+        messages = json.loads(raw_prompt)
+    except json.JSONDecodeError as exc:
+        raise TrajectoryError(f"{where} has invalid JSON in raw_prompt: {exc}") from None
+    _check_messages(messages, where, "raw_prompt")
+    return messages
+
+
+def _check_messages(messages: Any, where: str, origin: str) -> None:
+    if not isinstance(messages, list):
+        raise TrajectoryError(
+            f"{where}: {origin} must be a list of chat messages, got {type(messages).__name__}"
+        )
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
+            raise TrajectoryError(f"{where}: {origin} message {i} has no 'role'")
+        if "content" not in message:
+            raise TrajectoryError(f"{where}: {origin} message {i} has no 'content'")
+
+
+def _rank() -> int:
+    """This process's rank: torch.distributed when initialised, else env RANK, else 0."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return int(torch.distributed.get_rank())
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+# --------------------------------------------------------------------------- step sources
+
+
+class StepSource(Protocol):
+    """Where the step objects behind the index live (memory or iteration files)."""
+
+    def step(self, pos: int, traj: int, step: int) -> Mapping[str, Any]:
+        """The step mapping (component objects) at collection position ``pos``."""
+        ...
+
+    def history(self, pos: int, traj: int, step: int) -> list[Mapping[str, Any]]:
+        """The mappings of steps ``0 .. step-1`` of the same trajectory."""
+        ...
+
+    def describe(self, traj: int, step: int) -> str:
+        """Human words for a step: ``"trajectory 3 step 1"`` (+ the file, if any)."""
+        ...
+
+
+class _MemorySource:
+    """Steps of trajectories held by the caller (the buffer keeps a reference, no copy)."""
+
+    __slots__ = ("trajectories",)
+
+    def __init__(self, trajectories: Sequence[Sequence[Any]]) -> None:
+        self.trajectories = trajectories
+
+    def describe(self, traj: int, step: int) -> str:
+        return f"trajectory {traj} step {step}"
+
+    def step(self, pos: int, traj: int, step: int) -> Mapping[str, Any]:
+        return as_step_mapping(self.trajectories[traj][step], self.describe(traj, step))
+
+    def history(self, pos: int, traj: int, step: int) -> list[Mapping[str, Any]]:
+        steps = self.trajectories[traj]
+        return [as_step_mapping(steps[i], self.describe(traj, i)) for i in range(step)]
+
+
+@dataclass(slots=True)
+class StepIndex:
+    """Per-step facts of a collection, in collection order (what a buffer is built on).
+
+    Attributes:
+        traj: trajectory id per step (the source's numbering), int64.
+        step: step number within its trajectory, int32.
+        reward: the trajectory's final reward per step, float64.
+        same: same-as-next-screenshot per step (False on last steps), bool.
+        trajectory_rewards: final reward per kept (non-dummy) trajectory, float64.
+        dummy_trajectories: dummy trajectories dropped.
+        computed_steps: steps whose flag was computed from the pixels.
+        missing_screenshots: screenshot lookups that found no readable file.
+        source: where the step objects are read from on access.
+    """
+
+    traj: NDArray[np.int64]
+    step: NDArray[np.int32]
+    reward: NDArray[np.float64]
+    same: NDArray[np.bool_]
+    trajectory_rewards: NDArray[np.float64]
+    dummy_trajectories: int
+    computed_steps: int
+    missing_screenshots: int
+    source: StepSource
+
+
+def _flag_codes(steps: Sequence[Any], where: str) -> list[int]:
+    codes = []
+    for i, step in enumerate(steps):
+        value = _step_part(step, SAME_KEY)
+        code = _FLAG_CODES.get(value)
+        if code is None:
+            raise TrajectoryError(
+                f"{where} step {i}: {SAME_KEY} must be a bool or absent, got {value!r}"
+            )
+        codes.append(code)
+    return codes
+
+
+def index_trajectories(
+    trajectories: Sequence[Sequence[Any]],
+    fingerprinter: ScreenshotFingerprinter | None = None,
+) -> StepIndex:
+    """Index in-memory trajectories: drop dummies, read final rewards and flags.
+
+    Flags missing from steps (other than last steps) are computed from the
+    screenshots' pixels. Cost: O(steps) Python-level lookups plus one decode per
+    distinct uncached screenshot that needs comparing.
+
+    Raises:
+        TrajectoryError: an empty trajectory, a bad final reward, a bad flag.
+    """
+    if isinstance(trajectories, (str, bytes)) or not isinstance(trajectories, Sequence):
+        trajectories = list(trajectories)
+    kept: list[int] = []
+    lengths: list[int] = []
+    rewards: list[float] = []
+    dummies = 0
+    for t, traj in enumerate(trajectories):
+        if isinstance(traj, (str, bytes, Mapping)) or not isinstance(traj, Sequence):
+            raise TrajectoryError(
+                f"trajectory {t} must be a list of steps, got {type(traj).__name__}"
+            )
+        if len(traj) == 1 and is_dummy_trajectory(traj):
+            dummies += 1
+            continue
+        rewards.append(final_reward(traj, f"trajectory {t}"))
+        kept.append(t)
+        lengths.append(len(traj))
+
+    n_traj = len(kept)
+    length_arr = np.asarray(lengths, dtype=np.int64)
+    total = int(length_arr.sum()) if n_traj else 0
+    # One comprehension over all steps: dict steps (the common case) take the fast path.
+    get = _FLAG_CODES.get
+    try:
+        codes = [
+            get(s.get(SAME_KEY), -1) if type(s) is dict else get(_step_part(s, SAME_KEY), -1)
+            for t in kept
+            for s in trajectories[t]
+        ]
+    except TypeError:  # unhashable flag value
+        codes = [-1]
+    code_arr = np.asarray(codes, dtype=np.int8)
+    if (code_arr < 0).any():  # find and name the culprit
+        for t in kept:
+            _flag_codes(trajectories[t], f"trajectory {t}")
+    starts = np.cumsum(length_arr) - length_arr
+    last = starts + length_arr - 1
+    if total:
+        code_arr[last] = 0  # the last step is never same-as-next
+    same = code_arr == 1
+    unknown = np.flatnonzero(code_arr == _UNKNOWN)
+    missing = 0
+    if unknown.size:
+        traj_ord = np.searchsorted(starts, unknown, side="right") - 1
+        paths: list[Any] = []
+        next_paths: list[Any] = []
+        for pos, o in zip(unknown.tolist(), traj_ord.tolist(), strict=True):
+            steps = trajectories[kept[o]]
+            s = pos - int(starts[o])
+            paths.append(_field(_step_part(steps[s], "observation"), "image_path"))
+            next_paths.append(_field(_step_part(steps[s + 1], "observation"), "image_path"))
+        fp = fingerprinter if fingerprinter is not None else default_fingerprinter()
+        missing_before = fp.missing
+        same[unknown] = same_as_next_flags(paths, next_paths, fp)
+        missing = fp.missing - missing_before
+    kept_arr = np.asarray(kept, dtype=np.int64)
+    return StepIndex(
+        traj=np.repeat(kept_arr, length_arr),
+        step=(np.arange(total, dtype=np.int64) - np.repeat(starts, length_arr)).astype(np.int32),
+        reward=np.repeat(np.asarray(rewards, dtype=np.float64), length_arr),
+        same=same,
+        trajectory_rewards=np.asarray(rewards, dtype=np.float64),
+        dummy_trajectories=dummies,
+        computed_steps=int(unknown.size),
+        missing_screenshots=missing,
+        source=_MemorySource(trajectories),
+    )
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class BufferStats:
+    """Summary of a buffer, computed once at construction.
+
+    Attributes:
+        trajectories: non-dummy trajectories.
+        successful_trajectories: those whose final reward >= the success threshold.
+        success_rate: successful / trajectories (0.0 when there are none).
+        dummy_trajectories: invalid-URL placeholders dropped.
+        samples: steps of non-dummy trajectories (before ``capacity``).
+        kept_samples: samples kept by ``capacity`` (the most recent ones).
+        eligible_samples: kept samples that are training-eligible.
+        same_screenshot_steps: samples whose screenshot equals the next one.
+        same_screenshot_share: same_screenshot_steps / samples.
+        computed_screenshot_steps: flags computed from pixels (not precomputed).
+        missing_screenshots: screenshot lookups that found no file (compared as different).
+    """
+
+    trajectories: int
+    successful_trajectories: int
+    success_rate: float
+    dummy_trajectories: int
+    samples: int
+    kept_samples: int
+    eligible_samples: int
+    same_screenshot_steps: int
+    same_screenshot_share: float
+    computed_screenshot_steps: int
+    missing_screenshots: int
+
+    def as_dict(self) -> dict[str, int | float]:
+        """The statistics as a plain dict (e.g. for wandb)."""
+        return asdict(self)
+
+
+class SampleList(Sequence[dict[str, Any]]):
+    """A read-only list of samples, materialised on access.
+
+    Returned by :meth:`ReplayBuffer.get_training_samples`: choosing 100,000
+    samples costs milliseconds, and each sample's prompt is parsed (or built)
+    only when you index or iterate. ``positions`` gives the chosen collection
+    positions (oldest = 0). ``list(samples)`` materialises everything.
+    """
+
+    __slots__ = ("_buffer", "positions")
+
+    def __init__(self, buffer: ReplayBuffer, positions: NDArray[np.int64]) -> None:
+        self._buffer = buffer
+        self.positions = positions
+
+    def __len__(self) -> int:
+        return int(self.positions.size)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> SampleList: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | SampleList:
+        if isinstance(index, slice):
+            return SampleList(self._buffer, self.positions[index])
+        n = self.positions.size
+        i = int(index)
+        if i < -n or i >= n:
+            raise IndexError(f"sample index {i} out of range for {n} samples")
+        return self._buffer._sample(int(self.positions[i]))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        sample = self._buffer._sample
+        for pos in self.positions.tolist():
+            yield sample(pos)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, SampleList):
+            return self._buffer is other._buffer and np.array_equal(self.positions, other.positions)
+        if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_list(self) -> list[dict[str, Any]]:
+        """Every sample, materialised."""
+        return list(self)
+
+    def __repr__(self) -> str:
+        return f"SampleList({len(self)} samples)"
+
+
+# --------------------------------------------------------------------------- the buffer
+
+
+class ReplayBuffer(Dataset):
+    """Training samples from web-agent trajectories (WebGym's ``ReplayBuffer``).
+
+    Args:
+        trajectories: list of trajectories; a trajectory is a list of steps
+            (mappings ``{"observation", "action", "response", "reward",
+            "same_as_next_screenshot"?}`` with component objects or their dicts, or
+            :class:`~replaystore.trajectories.components.Step`). The buffer keeps a
+            reference and reads steps on access: do not mutate them afterwards.
+        agent: builds prompts for steps without ``response.raw_prompt``:
+            ``getattr(agent, "conversation_builder", agent).build(task, history,
+            observation)`` -> chat messages, ``history`` being the earlier step
+            mappings of the trajectory. Not needed when every step has a raw prompt.
+        capacity: keep only the ``capacity`` most recent samples (collection order);
+            None keeps all.
+        filter_successful_only: ``len``/``getitem`` cover training-eligible samples
+            only (else every kept sample).
+        include_reward_in_sample: samples carry ``trajectory_reward`` and
+            ``same_as_next_screenshot`` besides ``message`` and ``action``.
+        shuffle: ``getitem`` order is a seeded permutation. Recency (for
+            ``get_training_samples``) always means collection order.
+        filter_same_screenshot: steps whose screenshot equals the next one are not
+            training-eligible.
+        seed: seeds the shuffle and, when ``get_training_samples`` gets no seed,
+            the buffer's own sampling stream.
+        success_threshold: a trajectory is successful when its final reward is
+            >= this (WebGym: == 1).
+        fingerprinter: screenshot fingerprint cache (default: process-wide).
+
+    Training-eligible: successful trajectory and, when ``filter_same_screenshot``,
+    not same-as-next-screenshot.
+
+    Raises:
+        TrajectoryError: a trajectory is empty, has a final reward of None or not a
+            number, or a malformed ``same_as_next_screenshot`` (names the trajectory).
+        ValueError: a bad ``capacity`` or ``success_threshold``.
+
+    Cost: building is O(steps) with a few Python lookups per step (no prompt is
+    parsed), plus one image decode per screenshot whose flag must be computed;
+    memory ~30 bytes per step. ``buffer[i]`` parses one prompt.
+    """
+
+    def __init__(
+        self,
+        trajectories: Sequence[Sequence[Any]],
+        agent: Any = None,
+        capacity: int | None = None,
+        filter_successful_only: bool = False,
+        include_reward_in_sample: bool = True,
+        shuffle: bool = False,
+        filter_same_screenshot: bool = True,
+        *,
+        seed: int | None = None,
+        success_threshold: float = 1.0,
+        fingerprinter: ScreenshotFingerprinter | None = None,
+    ) -> None:
+        _check_options(capacity, success_threshold)
+        index = index_trajectories(trajectories, fingerprinter)
+        self._setup(
+            index,
+            agent=agent,
+            capacity=capacity,
+            filter_successful_only=filter_successful_only,
+            include_reward_in_sample=include_reward_in_sample,
+            shuffle=shuffle,
+            filter_same_screenshot=filter_same_screenshot,
+            seed=seed,
+            success_threshold=success_threshold,
+        )
+
+    @classmethod
+    def from_index(
+        cls,
+        index: StepIndex,
+        agent: Any = None,
+        capacity: int | None = None,
+        filter_successful_only: bool = False,
+        include_reward_in_sample: bool = True,
+        shuffle: bool = False,
+        filter_same_screenshot: bool = True,
+        *,
+        seed: int | None = None,
+        success_threshold: float = 1.0,
+    ) -> ReplayBuffer:
+        """A buffer over a prebuilt :class:`StepIndex` (used by :meth:`from_storage`)."""
+        _check_options(capacity, success_threshold)
+        buffer = cls.__new__(cls)
+        buffer._setup(
+            index,
+            agent=agent,
+            capacity=capacity,
+            filter_successful_only=filter_successful_only,
+            include_reward_in_sample=include_reward_in_sample,
+            shuffle=shuffle,
+            filter_same_screenshot=filter_same_screenshot,
+            seed=seed,
+            success_threshold=success_threshold,
+        )
+        return buffer
+
+    @classmethod
+    def from_storage(
+        cls,
+        path: str | os.PathLike[str],
+        last_n_iterations: int | None = None,
+        **buffer_kwargs: Any,
+    ) -> ReplayBuffer:
+        """A buffer over the iteration files of a :class:`TrajectoryStorage` directory.
+
+        Only the index (a few NumPy arrays: rewards, flags, file ids, byte
+        offsets; ~40 bytes per step) is held in memory; each sample is read from
+        its file (one seek + one line) on access. The result is sample-for-sample
+        equal to ``ReplayBuffer(storage.load_all(last_n_iterations), ...)``.
+
+        Args:
+            path: the storage root.
+            last_n_iterations: only the most recent N iterations (None: all).
+            **buffer_kwargs: the buffer's other arguments (agent, capacity, ...).
+
+        Raises:
+            StorageError: no iteration files, or a file that is not ours.
+            TrajectoryError: a non-dummy trajectory with a final reward of None.
+        """
+        from replaystore.trajectories.storage import TrajectoryStorage
+
+        index = TrajectoryStorage(path).build_index(last_n_iterations)
+        return cls.from_index(index, **buffer_kwargs)
+
+    def _setup(
+        self,
+        index: StepIndex,
+        *,
+        agent: Any,
+        capacity: int | None,
+        filter_successful_only: bool,
+        include_reward_in_sample: bool,
+        shuffle: bool,
+        filter_same_screenshot: bool,
+        seed: int | None,
+        success_threshold: float,
+    ) -> None:
+        self.agent = agent
+        self.conversation_builder = (
+            None if agent is None else getattr(agent, "conversation_builder", agent)
+        )
+        self.capacity = capacity
+        self.filter_successful_only = bool(filter_successful_only)
+        self.include_reward_in_sample = bool(include_reward_in_sample)
+        self.shuffle = bool(shuffle)
+        self.filter_same_screenshot = bool(filter_same_screenshot)
+        self.success_threshold = float(success_threshold)
+        self.seed = seed
+        self._source = index.source
+        self._traj = index.traj
+        self._step = index.step
+        self._reward = index.reward
+        self._same = index.same
+        total = int(index.traj.size)
+        self._start = max(0, total - capacity) if capacity is not None else 0
+        kept = slice(self._start, total)
+        eligible = self._reward[kept] >= self.success_threshold
+        if self.filter_same_screenshot:
+            eligible &= ~self._same[kept]
+        #: collection positions of training-eligible kept samples, oldest first
+        self._eligible = np.flatnonzero(eligible).astype(np.int64) + self._start
+        if self.filter_successful_only:
+            view = self._eligible
+        else:
+            view = np.arange(self._start, total, dtype=np.int64)
+        shuffle_seq, sample_seq = np.random.SeedSequence(seed).spawn(2)
+        if self.shuffle and view.size:
+            view = view[np.random.default_rng(shuffle_seq).permutation(view.size)]
+        self._view = view
+        self._rng = np.random.default_rng(sample_seq)
+        self._tables: dict[tuple[int, float], AliasTable] = {}
+
+        n_traj = int(index.trajectory_rewards.size)
+        successful = int((index.trajectory_rewards >= self.success_threshold).sum())
+        same_steps = int(self._same.sum())
+        self._stats = BufferStats(
+            trajectories=n_traj,
+            successful_trajectories=successful,
+            success_rate=successful / n_traj if n_traj else 0.0,
+            dummy_trajectories=index.dummy_trajectories,
+            samples=total,
+            kept_samples=total - self._start,
+            eligible_samples=int(self._eligible.size),
+            same_screenshot_steps=same_steps,
+            same_screenshot_share=same_steps / total if total else 0.0,
+            computed_screenshot_steps=index.computed_steps,
+            missing_screenshots=index.missing_screenshots,
+        )
+        if _rank() == 0:
+            self._log_summary()
+
+    def _log_summary(self) -> None:
+        s = self._stats
+        logger.info(
+            "trajectory buffer: %d trajectories (%d dummy dropped), success rate %d/%d = %.1f%%; "
+            "%d samples (%d kept by capacity), %d training-eligible; same-screenshot steps "
+            "%d (%.1f%%, %d computed from pixels, %d missing screenshots)",
+            s.trajectories,
+            s.dummy_trajectories,
+            s.successful_trajectories,
+            s.trajectories,
+            100.0 * s.success_rate,
+            s.samples,
+            s.kept_samples,
+            s.eligible_samples,
+            s.same_screenshot_steps,
+            100.0 * s.same_screenshot_share,
+            s.computed_screenshot_steps,
+            s.missing_screenshots,
+        )
+
+    # ------------------------------------------------------------------ dataset
+
+    @property
+    def stats(self) -> BufferStats:
+        """Success rate, eligible and dummy counts, same-screenshot share (:class:`BufferStats`)."""
+        return self._stats
+
+    @property
+    def num_eligible(self) -> int:
+        """How many kept samples are training-eligible."""
+        return int(self._eligible.size)
+
+    def __len__(self) -> int:
+        """Training-eligible samples with ``filter_successful_only``, else all kept samples."""
+        return int(self._view.size)
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        """Sample ``idx`` of the view (``-len <= idx < len``); parses its prompt.
+
+        Raises:
+            IndexError: ``idx`` out of range.
+            TrajectoryError: the step's prompt is malformed or cannot be built.
+        """
+        n = self._view.size
+        try:
+            i = int(idx)
+        except TypeError:
+            raise TypeError(f"buffer indices must be integers, got {type(idx).__name__}") from None
+        if i < -n or i >= n:
+            raise IndexError(f"sample index {i} out of range for a buffer of {n} samples")
+        return self._sample(int(self._view[i]))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for pos in self._view.tolist():
+            yield self._sample(pos)
+
+    def __repr__(self) -> str:
+        s = self._stats
+        return (
+            f"ReplayBuffer({len(self)} samples, {s.eligible_samples} eligible, "
+            f"{s.trajectories} trajectories, success rate {s.success_rate:.1%})"
+        )
+
+    def _sample(self, pos: int) -> dict[str, Any]:
+        t = int(self._traj[pos])
+        s = int(self._step[pos])
+        step = self._source.step(pos, t, s)
+        response = step.get("response")
+        if not isinstance(response, Response):
+            raise TrajectoryError(
+                f"{self._source.describe(t, s)} has no Response (got {type(response).__name__})"
+            )
+        if response.raw_prompt:
+            message = parse_prompt(response.raw_prompt, self._source.describe(t, s))
+        else:
+            message = self._build_prompt(step, pos, t, s)
+        sample: dict[str, Any] = {"message": message, "action": response.raw_response}
+        if self.include_reward_in_sample:
+            sample["trajectory_reward"] = float(self._reward[pos])
+            sample["same_as_next_screenshot"] = bool(self._same[pos])
+        return sample
+
+    def _build_prompt(
+        self, step: Mapping[str, Any], pos: int, t: int, s: int
+    ) -> list[dict[str, Any]]:
+        where = self._source.describe(t, s)
+        if self.conversation_builder is None:
+            raise TrajectoryError(
+                f"{where} has no raw_prompt and the buffer has no agent to build it: pass "
+                "agent= (an object with conversation_builder.build(task, history, observation))"
+            )
+        observation = step.get("observation")
+        if not isinstance(observation, Observation):
+            raise TrajectoryError(f"{where} has no Observation to build a prompt from")
+        history = self._source.history(pos, t, s)
+        messages = self.conversation_builder.build(observation.task, history, observation)
+        _check_messages(messages, where, "the conversation builder's result")
+        return messages
+
+    def validate(self) -> int:
+        """Materialise every kept sample once; returns how many.
+
+        Use it to find a malformed prompt up front instead of mid-training.
+        Cost: one prompt parse (or build) per kept sample.
+
+        Raises:
+            TrajectoryError: the first malformed step (names trajectory and step).
+        """
+        for pos in range(self._start, int(self._traj.size)):
+            self._sample(pos)
+        return int(self._traj.size) - self._start
+
+    # ------------------------------------------------------------------ sampling
+
+    def training_positions(
+        self,
+        num_samples: int | None = None,
+        recency_bias_power: float = 1.0,
+        seed: int | np.random.Generator | None = None,
+    ) -> NDArray[np.int64]:
+        """Collection positions chosen by :meth:`get_training_samples` (no materialisation)."""
+        pool = self._eligible
+        if num_samples is None:
+            return pool.copy()
+        if int(num_samples) != num_samples or num_samples < 0:
+            raise ValueError(f"num_samples must be None or an integer >= 0, got {num_samples!r}")
+        k = int(num_samples)
+        if k >= pool.size:
+            return pool.copy()
+        power = float(recency_bias_power)
+        if not math.isfinite(power):
+            raise ValueError(f"recency_bias_power must be finite, got {recency_bias_power!r}")
+        gen = self._rng if seed is None else np.random.default_rng(seed)
+        if power == 1.0:
+            # WebGym's rule: power 1.0 means uniform, not weights (rank + 1) ** 1.
+            chosen = gen.choice(pool.size, size=k, replace=False)
+        else:
+            chosen = weighted_sample_without_replacement(self._table(pool.size, power), k, gen)
+        return pool[chosen]
+
+    def _table(self, n: int, power: float) -> AliasTable:
+        key = (n, power)
+        table = self._tables.get(key)
+        if table is None:
+            if len(self._tables) >= _TABLE_CACHE_SIZE:
+                self._tables.pop(next(iter(self._tables)))
+            table = AliasTable(recency_weights(n, power))
+            self._tables[key] = table
+        return table
+
+    def get_training_samples(
+        self,
+        num_samples: int | None = None,
+        recency_bias_power: float = 1.0,
+        seed: int | np.random.Generator | None = None,
+    ) -> SampleList:
+        """Training-eligible samples, optionally a recency-biased subset.
+
+        Always draws from training-eligible samples (successful trajectory, and
+        not same-as-next when ``filter_same_screenshot``), whatever
+        ``filter_successful_only`` says.
+
+        Args:
+            num_samples: None or >= the eligible count: all eligible samples, oldest
+                first. Otherwise that many distinct samples in selection order.
+            recency_bias_power: 1.0 (WebGym's rule) draws uniformly. Any other
+                value weights the sample of recency rank r (0 = oldest eligible, in
+                collection order) by ``(r + 1) ** power`` and draws by successive
+                weighted sampling without replacement (the distribution of
+                ``numpy.random.Generator.choice(..., replace=False, p=...)``). Note
+                the jump: 0.999 is almost linear in rank, 1.0 is flat.
+            seed: an int or Generator for reproducible draws; None continues the
+                buffer's own stream (seeded by the constructor's ``seed``).
+
+        Returns:
+            A :class:`SampleList` (a lazy read-only list of sample dicts).
+
+        Raises:
+            ValueError: negative or non-integer ``num_samples``, non-finite power.
+
+        Cost: O(k) for k samples after a one-off O(n) table per (pool size, power),
+        cached; each sample's prompt is parsed when it is accessed.
+        """
+        return SampleList(self, self.training_positions(num_samples, recency_bias_power, seed))
+
+    # ------------------------------------------------------------------ distributed
+
+    def shard(self, rank: int, world_size: int) -> Subset:
+        """This rank's share of the view: samples ``rank, rank + world_size, ...``.
+
+        Shards of ranks ``0..world_size-1`` are disjoint and cover the buffer.
+        (``torch.utils.data.DistributedSampler(buffer)`` works too: the buffer is a
+        map-style dataset.)
+
+        Raises:
+            ValueError: ``world_size < 1`` or ``rank`` outside ``[0, world_size)``.
+        """
+        if int(world_size) != world_size or world_size < 1:
+            raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+        if int(rank) != rank or not 0 <= rank < world_size:
+            raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+        return Subset(self, range(int(rank), len(self), int(world_size)))
+
+
+def _check_options(capacity: int | None, success_threshold: float) -> None:
+    if capacity is not None and (
+        isinstance(capacity, bool) or int(capacity) != capacity or capacity < 1
+    ):
+        raise ValueError(f"capacity must be None or an integer >= 1, got {capacity!r}")
+    if not math.isfinite(float(success_threshold)):
+        raise ValueError(f"success_threshold must be finite, got {success_threshold!r}")
+
+
+TrajectoryBuffer = ReplayBuffer

@@ -1,0 +1,235 @@
+"""Data components of a web-agent trajectory, with WebGym's field names and defaults.
+
+A trajectory is a list of steps. A step is either a mapping in WebGym's shape
+(``{"observation": Observation, "action": Action, "response": Response,
+"reward": Reward, "same_as_next_screenshot": bool?, "trajectory_metadata": dict?}``)
+or a :class:`Step`. Every component round-trips losslessly through JSON with
+``to_dict()`` / ``from_dict()``; :func:`step_to_dict` / :func:`step_from_dict`
+do the same for whole steps. Nothing here is ever pickled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+from replaystore.errors import SchemaError
+
+__all__ = [
+    "STEP_KEYS",
+    "Action",
+    "Observation",
+    "Response",
+    "Reward",
+    "Step",
+    "Task",
+    "step_from_dict",
+    "step_to_dict",
+    "trajectory_from_dicts",
+    "trajectory_to_dicts",
+]
+
+
+class _Component:
+    """Shared JSON conversion: ``to_dict`` gives JSON values, ``from_dict`` checks fields."""
+
+    __slots__ = ()
+    _nested: ClassVar[dict[str, type[_Component]]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict of JSON-compatible values (nested components as dicts)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            out[f.name] = value.to_dict() if isinstance(value, _Component) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | Self) -> Self:
+        """Build from a mapping made by :meth:`to_dict` (or return ``data`` if already one).
+
+        Raises:
+            SchemaError: ``data`` is not a mapping, lacks a required field or has an unknown one.
+        """
+        if isinstance(data, cls):
+            return data
+        if not isinstance(data, Mapping):
+            raise SchemaError(f"{cls.__name__} expects a mapping, got {type(data).__name__}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = sorted(set(data) - set(fields))
+        if unknown:
+            raise SchemaError(f"{cls.__name__} has no field {unknown[0]!r}")
+        missing = [
+            name
+            for name, f in fields.items()
+            if name not in data
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
+        if missing:
+            raise SchemaError(f"{cls.__name__} is missing required field {missing[0]!r}")
+        kwargs = dict(data)
+        for name, component in cls._nested.items():
+            if kwargs.get(name) is not None:
+                kwargs[name] = component.from_dict(kwargs[name])
+        return cls(**kwargs)
+
+
+@dataclass(slots=True)
+class Task(_Component):
+    """A web task: what to do, where, how hard, and how it is judged."""
+
+    task_name: str
+    domain: str
+    subdomain: str
+    website: str
+    difficulty: Any
+    evaluator_reference: Any
+    reference_answer: Any
+    attempt_level: int = 0
+    task_id: str | None = None
+    max_steps: int | None = None
+    trajectory_index: int | None = None
+
+
+@dataclass(slots=True)
+class Observation(_Component):
+    """What the agent saw: the task, a screenshot file, the accessibility tree, page metadata."""
+
+    task: Task
+    image_path: str | None
+    ac_tree: str | None
+    page_metadata: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class Action(_Component):
+    """The parsed action (``action``, e.g. ``{"key": "click", ...}``) and its text form."""
+
+    action: Any
+    action_string: str | None
+
+
+@dataclass(slots=True)
+class Response(_Component):
+    """The model's raw output, its token count/ids, and the prompt that produced it.
+
+    ``raw_prompt`` is the JSON-encoded list of chat messages, or ``""`` when the
+    prompt was not kept (the buffer then rebuilds it with a conversation builder).
+    """
+
+    raw_response: str
+    answering_tokens: Any
+    raw_prompt: str = ""
+
+
+@dataclass(slots=True)
+class Reward(_Component):
+    """The judged outcome of a step: ``reward`` (1 means the task was solved)."""
+
+    reward: float | None
+    evaluation: Any
+    is_blocked: bool = False
+    submit: bool = False
+    submission_judgment: Any = None
+
+
+Observation._nested = {"task": Task}
+
+STEP_KEYS: tuple[str, ...] = ("observation", "action", "response", "reward")
+_STEP_TYPES: dict[str, type[_Component]] = {
+    "observation": Observation,
+    "action": Action,
+    "response": Response,
+    "reward": Reward,
+}
+_OPTIONAL_STEP_KEYS = ("same_as_next_screenshot", "trajectory_metadata")
+
+
+@dataclass(slots=True)
+class Step:
+    """One step of a trajectory; :meth:`to_mapping` gives WebGym's mapping shape."""
+
+    observation: Observation
+    action: Action
+    response: Response
+    reward: Reward
+    same_as_next_screenshot: bool | None = None
+    trajectory_metadata: dict[str, Any] | None = field(default=None)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """WebGym's step mapping (component objects; optional keys only when set)."""
+        out: dict[str, Any] = {key: getattr(self, key) for key in STEP_KEYS}
+        for key in _OPTIONAL_STEP_KEYS:
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+    @classmethod
+    def from_mapping(cls, step: Mapping[str, Any] | Step) -> Step:
+        """Build from a WebGym step mapping whose values are components or their dicts."""
+        if isinstance(step, Step):
+            return step
+        return cls(**step_from_dict(step))
+
+
+def step_to_dict(step: Mapping[str, Any] | Step) -> dict[str, Any]:
+    """A step (mapping or :class:`Step`) as JSON-compatible nested dicts.
+
+    Raises:
+        SchemaError: a required key is missing or holds the wrong component type.
+    """
+    mapping = step.to_mapping() if isinstance(step, Step) else step
+    if not isinstance(mapping, Mapping):
+        raise SchemaError(f"a step must be a mapping or a Step, got {type(mapping).__name__}")
+    out: dict[str, Any] = {}
+    for key, component in _STEP_TYPES.items():
+        if key not in mapping:
+            raise SchemaError(f"step is missing {key!r}")
+        value = mapping[key]
+        if isinstance(value, component):
+            out[key] = value.to_dict()
+        elif isinstance(value, Mapping):
+            out[key] = component.from_dict(value).to_dict()
+        else:
+            raise SchemaError(
+                f"step[{key!r}] must be a {component.__name__}, got {type(value).__name__}"
+            )
+    for key in _OPTIONAL_STEP_KEYS:
+        if mapping.get(key) is not None:
+            out[key] = mapping[key]
+    return out
+
+
+def step_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A step mapping with component objects, from :func:`step_to_dict` output.
+
+    Raises:
+        SchemaError: a required key is missing, a field is unknown, or a key is not a step key.
+    """
+    if not isinstance(data, Mapping):
+        raise SchemaError(f"a step must be a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(_STEP_TYPES) - set(_OPTIONAL_STEP_KEYS))
+    if unknown:
+        raise SchemaError(f"step has unknown key {unknown[0]!r}")
+    out: dict[str, Any] = {}
+    for key, component in _STEP_TYPES.items():
+        if key not in data:
+            raise SchemaError(f"step is missing {key!r}")
+        out[key] = component.from_dict(data[key])
+    for key in _OPTIONAL_STEP_KEYS:
+        if data.get(key) is not None:
+            out[key] = data[key]
+    return out
+
+
+def trajectory_to_dicts(trajectory: Sequence[Mapping[str, Any] | Step]) -> list[dict[str, Any]]:
+    """A trajectory (list of steps) as a list of JSON-compatible dicts."""
+    return [step_to_dict(step) for step in trajectory]
+
+
+def trajectory_from_dicts(steps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The inverse of :func:`trajectory_to_dicts`: WebGym-shaped step mappings."""
+    return [step_from_dict(step) for step in steps]

@@ -1,0 +1,581 @@
+"""Export training samples as a LLaMA-Factory dataset (ShareGPT or OpenAI-messages format).
+
+Input: samples as the trajectory buffer returns them, ``{"message": [chat
+messages of the prompt], "action": "<raw model response>", ...}`` (other keys
+are ignored). Output, in ``out_dir``:
+
+* ``<dataset_name>.json`` (or ``.jsonl``): the training records;
+* ``<dataset_name>_val.json(l)`` when ``val_ratio > 0``;
+* ``images/<sha256 prefix>.<ext>``: images that arrived as base64 data URLs
+  (and, with ``copy_images=True``, every image);
+* ``dataset_info.json``: the entries ``<dataset_name>`` (and
+  ``<dataset_name>_val``), merged into an existing file's other entries.
+
+Record shapes (one per sample; every ``value``/``content`` is a string)::
+
+    sharegpt: {"conversations": [{"from": "human", "value": "..."},
+                                 {"from": "gpt", "value": "..."}, ...],
+               "system": "<system prompt or ''>", "images": ["/abs/a.png", ...]}
+    openai:   {"messages": [{"role": "system", "content": "..."},   (only if non-empty)
+                            {"role": "user", "content": "..."},
+                            {"role": "assistant", "content": "..."}, ...],
+               "images": [...]}
+
+The prompt's user/assistant messages become the turns, and the sample's
+``action`` is appended as the final assistant turn (the one learned). A message
+whose content is a list of parts becomes one string: the parts in order, joined
+by ``"\\n"``, each text part as its text and each image part as ``<image>``.
+Images are listed in ``images`` in the order of their placeholders.
+
+Placeholder escaping: LLaMA-Factory finds images by counting the substring
+``<image>`` in every message (``<video>`` and ``<audio>`` likewise), and a count
+that differs from the number of images stops training. Page text and model
+responses can contain these strings literally, so in text they are written with
+HTML entities for the angle brackets: ``<image>`` -> ``&lt;image&gt;`` (same for
+``<video>``, ``<audio>``). The escaped form has no ``<`` and therefore is never
+counted; a reader (or model) sees the same token it would on an HTML page.
+The only ``<image>`` strings in an exported record are the placeholders we put
+there.
+
+Checks before anything is written (for every record): roles alternate
+user/assistant starting with user and ending with assistant, no empty
+assistant turn, no image outside user turns, ``<image>`` count == number of
+images, no ``<video>``/``<audio>`` left, every image file exists and is an
+image. Failing samples are never dropped silently: with ``on_error="raise"``
+(default) :class:`~replaystore.errors.ExportError` lists every failing sample
+(index and reason) and nothing is written; with ``on_error="skip"`` they are
+left out, logged, and listed in :attr:`ExportReport.rejected`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from replaystore.atomic import atomic_open, atomic_write_bytes, atomic_write_json
+from replaystore.errors import ExportError, ImageError
+from replaystore.pipeline.images import (
+    EXTENSIONS,
+    decode_data_url,
+    file_url_to_path,
+    image_mime_type,
+    image_part_url,
+    sniff_mime_type,
+)
+
+__all__ = [
+    "IMAGE_PLACEHOLDER",
+    "PLACEHOLDERS",
+    "ExportReport",
+    "RejectedSample",
+    "dataset_info_entry",
+    "escape_placeholders",
+    "export_buffer",
+    "export_llamafactory",
+    "sample_to_record",
+    "validate_record",
+]
+
+logger = logging.getLogger("replaystore.trajectories.export")
+
+IMAGE_PLACEHOLDER = "<image>"
+#: The strings LLaMA-Factory treats as media placeholders, and how text spells them after export.
+PLACEHOLDERS: dict[str, str] = {
+    "<image>": "&lt;image&gt;",
+    "<video>": "&lt;video&gt;",
+    "<audio>": "&lt;audio&gt;",
+}
+IMAGES_DIR = "images"
+
+Format = Literal["sharegpt", "openai"]
+_ROLE_NAMES = {
+    "sharegpt": {"user": "human", "assistant": "gpt"},
+    "openai": {"user": "user", "assistant": "assistant"},
+}
+
+
+def escape_placeholders(text: str) -> str:
+    """``text`` with every literal ``<image>``/``<video>``/``<audio>`` written as
+    ``&lt;image&gt;`` etc. (see the module docstring). Cost: O(len(text))."""
+    for token, escaped in PLACEHOLDERS.items():
+        if token in text:
+            text = text.replace(token, escaped)
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedSample:
+    """A sample that could not be exported: its index in the input and why."""
+
+    index: int
+    reason: str
+
+
+@dataclass(slots=True)
+class ExportReport:
+    """What :func:`export_llamafactory` wrote.
+
+    Attributes:
+        out_dir: the dataset directory (LLaMA-Factory's ``dataset_dir``).
+        dataset_name: name of the training entry in ``dataset_info.json``
+            (``<dataset_name>_val`` for the validation entry).
+        train_file / val_file: the record files (``val_file`` is ``None`` without a split).
+        dataset_info_file: path of ``dataset_info.json``.
+        num_train / num_val: records written to each file.
+        num_image_refs: image references over all written records.
+        images_written: image files newly written under ``out_dir/images``.
+        rejected: samples left out (only with ``on_error="skip"``).
+    """
+
+    out_dir: Path
+    dataset_name: str
+    train_file: Path
+    val_file: Path | None
+    dataset_info_file: Path
+    num_train: int
+    num_val: int
+    num_image_refs: int
+    images_written: int
+    rejected: list[RejectedSample] = field(default_factory=list)
+
+
+class _RecordError(Exception):
+    """A sample cannot be converted; the message says why."""
+
+
+@dataclass(slots=True)
+class _ImageSink:
+    """Resolves image URLs to the paths written in records; defers file writes."""
+
+    out_dir: Path
+    copy_images: bool
+    pending: dict[Path, bytes] = field(default_factory=dict)
+    resolved: dict[str, str] = field(default_factory=dict)
+
+    def resolve(self, url: str) -> str:
+        """The record path for ``url``; each distinct URL is read at most once."""
+        if url not in self.resolved:
+            self.resolved[url] = self._resolve(url)
+        return self.resolved[url]
+
+    def _resolve(self, url: str) -> str:
+        if url.startswith("data:"):
+            try:
+                mime, data = decode_data_url(url)
+            except ImageError as exc:
+                raise _RecordError(str(exc)) from None
+            return self._stored(mime, data)
+        scheme = urllib.parse.urlsplit(url).scheme
+        if scheme == "file":
+            path = file_url_to_path(url)
+        elif len(scheme) <= 1:  # a bare path (one letter: a Windows drive)
+            path = Path(url)
+        else:
+            raise _RecordError(f"image URL {url[:60]!r} is not a file:// or data: URL")
+        try:
+            if not self.copy_images:
+                image_mime_type(path)
+                return str(path.absolute())
+            data = path.read_bytes()
+        except (ImageError, OSError) as exc:
+            raise _RecordError(f"image {path}: {exc}") from None
+        mime = sniff_mime_type(data[:12])
+        if mime is None:
+            raise _RecordError(f"{path} is not a PNG, JPEG, WebP or GIF image")
+        return self._stored(mime, data)
+
+    def _stored(self, mime: str, data: bytes) -> str:
+        name = f"{hashlib.sha256(data).hexdigest()[:32]}{EXTENSIONS[mime]}"
+        target = self.out_dir / IMAGES_DIR / name
+        if not target.is_file():
+            self.pending[target] = data
+        return f"{IMAGES_DIR}/{name}" if self.copy_images else str(target)
+
+
+def _content_text(content: Any, where: str, images: list[str], sink: _ImageSink | None) -> str:
+    """One string for a message's content; image parts become placeholders."""
+    if isinstance(content, str):
+        return escape_placeholders(content)
+    if content is None:
+        return ""
+    if not isinstance(content, list):
+        raise _RecordError(f"{where} content is a {type(content).__name__}")
+    pieces: list[str] = []
+    for j, part in enumerate(content):
+        if isinstance(part, str):
+            pieces.append(escape_placeholders(part))
+            continue
+        if not isinstance(part, Mapping):
+            raise _RecordError(f"{where}.content[{j}] is a {type(part).__name__}")
+        try:
+            url = image_part_url(part)
+        except ImageError as exc:
+            raise _RecordError(f"{where}.content[{j}]: {exc}") from None
+        if url is not None:
+            if sink is None:
+                raise _RecordError(f"{where}.content[{j}] is an image outside a user turn")
+            try:
+                images.append(sink.resolve(url))
+            except ImageError as exc:
+                raise _RecordError(f"{where}.content[{j}]: {exc}") from None
+            except _RecordError as exc:
+                raise _RecordError(f"{where}.content[{j}]: {exc}") from None
+            pieces.append(IMAGE_PLACEHOLDER)
+        elif part.get("type") == "text" and isinstance(part.get("text"), str):
+            pieces.append(escape_placeholders(part["text"]))
+        else:
+            raise _RecordError(f"{where}.content[{j}] has unsupported type {part.get('type')!r}")
+    return "\n".join(pieces)
+
+
+def _to_record(sample: Any, fmt: Format, sink: _ImageSink) -> dict[str, Any]:
+    if not isinstance(sample, Mapping):
+        raise _RecordError(f"sample is a {type(sample).__name__}, not a mapping")
+    for key in ("message", "action"):
+        if key not in sample:
+            raise _RecordError(f"sample has no {key!r}")
+    messages = sample["message"]
+    if isinstance(messages, str):
+        try:
+            messages = json.loads(messages)
+        except json.JSONDecodeError as exc:
+            raise _RecordError(f"message is a string but not JSON: {exc}") from None
+    if not isinstance(messages, list):
+        raise _RecordError(f"message is a {type(messages).__name__}, not a list")
+    action = sample["action"]
+    if not isinstance(action, str):
+        raise _RecordError(f"action is a {type(action).__name__}, not a str")
+
+    system: list[str] = []
+    turns: list[tuple[str, str]] = []
+    images: list[str] = []
+    for i, message in enumerate(messages):
+        where = f"message[{i}]"
+        if not isinstance(message, Mapping) or "role" not in message:
+            raise _RecordError(f"{where} is not a chat message with a role")
+        role = message["role"]
+        if role == "system":
+            if turns:
+                raise _RecordError(f"{where} is a system message after the conversation started")
+            system.append(_content_text(message.get("content"), where, images, None))
+        elif role in ("user", "assistant"):
+            user_sink = sink if role == "user" else None
+            turns.append((role, _content_text(message.get("content"), where, images, user_sink)))
+        else:
+            raise _RecordError(f"{where} has unsupported role {role!r}")
+    turns.append(("assistant", escape_placeholders(action)))
+
+    names = _ROLE_NAMES[fmt]
+    system_text = "\n\n".join(system)
+    if fmt == "sharegpt":
+        conversation = [{"from": names[role], "value": text} for role, text in turns]
+        return {"conversations": conversation, "system": system_text, "images": images}
+    head = [{"role": "system", "content": system_text}] if system_text else []
+    body = [{"role": names[role], "content": text} for role, text in turns]
+    return {"messages": head + body, "images": images}
+
+
+def validate_record(
+    record: Mapping[str, Any], fmt: Format = "sharegpt", base_dir: str | os.PathLike[str] = "."
+) -> list[str]:
+    """The problems LLaMA-Factory would hit with ``record`` (empty list: none).
+
+    Checks: turns alternate user/assistant starting with user and ending with a
+    non-empty assistant turn (a leading system turn allowed in ``openai``
+    format), every value a string, ``<image>`` count equals ``len(images)``, no
+    ``<video>``/``<audio>`` placeholder, every image file exists (relative
+    paths resolved against ``base_dir``, as LLaMA-Factory's ``media_dir``).
+    """
+    _check_format(fmt)
+    return _record_problems(record, fmt, Path(base_dir), Path.is_file)
+
+
+def _record_problems(
+    record: Mapping[str, Any], fmt: Format, base_dir: Path, exists: Callable[[Path], bool]
+) -> list[str]:
+    if fmt == "sharegpt":
+        key, role_key, content_key = "conversations", "from", "value"
+    else:
+        key, role_key, content_key = "messages", "role", "content"
+    names = _ROLE_NAMES[fmt]
+    turns = record.get(key)
+    if not isinstance(turns, list) or not turns:
+        return [f"{key!r} is missing or empty"]
+    texts: list[Any] = []
+    if fmt == "sharegpt":
+        texts.append(record.get("system", ""))
+    elif isinstance(turns[0], Mapping) and turns[0].get(role_key) == "system":
+        texts.append(turns[0].get(content_key))
+        turns = turns[1:]
+    problems: list[str] = []
+    for i, turn in enumerate(turns):
+        expected = names["user"] if i % 2 == 0 else names["assistant"]
+        got = turn.get(role_key) if isinstance(turn, Mapping) else type(turn).__name__
+        if got != expected:
+            problems.append(f"turn {i} should be {expected!r}, got {got!r}")
+        else:
+            texts.append(turn.get(content_key))
+    if len(turns) % 2 != 0:
+        problems.append(f"conversation ends on {names['user']!r}, not {names['assistant']!r}")
+    elif turns and isinstance(turns[-1], Mapping) and not str(turns[-1].get(content_key)).strip():
+        problems.append("the final assistant turn is empty")
+    if any(not isinstance(text, str) for text in texts):
+        return [*problems, "a message value is not a string"]
+    images = record.get("images", [])
+    if not isinstance(images, list) or not all(isinstance(i, str) for i in images):
+        return [*problems, "'images' is not a list of paths"]
+    count = sum(text.count(IMAGE_PLACEHOLDER) for text in texts)
+    if count != len(images):
+        problems.append(f"{count} {IMAGE_PLACEHOLDER} placeholders for {len(images)} images")
+    for token in ("<video>", "<audio>"):
+        if any(token in text for text in texts):
+            problems.append(f"unescaped {token} with no videos/audios")
+    for image in images:
+        path = Path(image) if os.path.isabs(image) else base_dir / image
+        if not exists(path):
+            problems.append(f"image file not found: {path}")
+    return problems
+
+
+def sample_to_record(
+    sample: Mapping[str, Any],
+    *,
+    format: Format = "sharegpt",
+    out_dir: str | os.PathLike[str] = ".",
+    copy_images: bool = False,
+) -> dict[str, Any]:
+    """The record for one sample (without writing anything; see the module docstring).
+
+    Image paths for data URLs (and copied images) point into ``out_dir/images``;
+    the files are not written, so the result validates only after an export.
+
+    Raises:
+        ExportError: the sample cannot be converted (the reason is named).
+    """
+    _check_format(format)
+    sink = _ImageSink(Path(out_dir).absolute(), copy_images)
+    try:
+        return _to_record(sample, format, sink)
+    except _RecordError as exc:
+        raise ExportError(f"sample cannot be exported: {exc}") from None
+
+
+def dataset_info_entry(file_name: str, format: Format = "sharegpt") -> dict[str, Any]:
+    """The ``dataset_info.json`` entry for a file of records in ``format``."""
+    _check_format(format)
+    if format == "sharegpt":
+        return {
+            "file_name": file_name,
+            "formatting": "sharegpt",
+            "columns": {"messages": "conversations", "system": "system", "images": "images"},
+            "tags": {
+                "role_tag": "from",
+                "content_tag": "value",
+                "user_tag": "human",
+                "assistant_tag": "gpt",
+            },
+        }
+    return {
+        "file_name": file_name,
+        "formatting": "sharegpt",
+        "columns": {"messages": "messages", "images": "images"},
+        "tags": {
+            "role_tag": "role",
+            "content_tag": "content",
+            "user_tag": "user",
+            "assistant_tag": "assistant",
+            "system_tag": "system",
+        },
+    }
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in _ROLE_NAMES:
+        raise ValueError(f"format must be 'sharegpt' or 'openai', got {fmt!r}")
+
+
+def _write_records(path: Path, records: Sequence[Mapping[str, Any]], file_format: str) -> None:
+    with atomic_open(path, "w") as handle:
+        if file_format == "jsonl":
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False))
+                handle.write("\n")
+        else:
+            json.dump(list(records), handle, ensure_ascii=False, indent=1)
+            handle.write("\n")
+
+
+def export_llamafactory(
+    samples: Sequence[Mapping[str, Any]],
+    out_dir: str | os.PathLike[str],
+    *,
+    dataset_name: str = "replaystore",
+    format: Format = "sharegpt",
+    val_ratio: float = 0.0,
+    seed: int | None = 0,
+    shuffle: bool = True,
+    file_format: Literal["json", "jsonl"] = "json",
+    copy_images: bool = False,
+    on_error: Literal["raise", "skip"] = "raise",
+) -> ExportReport:
+    """Write ``samples`` as a LLaMA-Factory dataset in ``out_dir`` (layout in the module doc).
+
+    Args:
+        samples: buffer samples (``{"message": [...], "action": str, ...}``).
+        out_dir: dataset directory; created if missing. Point LLaMA-Factory's
+            ``dataset_dir`` here and use ``dataset: <dataset_name>``
+            (``eval_dataset: <dataset_name>_val`` with a split).
+        dataset_name: entry name in ``dataset_info.json`` and file name stem.
+        format: ``"sharegpt"`` (``conversations`` with from/value, ``system``
+            column) or ``"openai"`` (``messages`` with role/content).
+        val_ratio: share of records for validation, in [0, 1):
+            ``round(n * val_ratio)`` records, at least 1 when ``val_ratio > 0``
+            and ``n >= 2``, always leaving at least one for training.
+        seed: seed of the shuffle (same seed and samples -> same files).
+        shuffle: shuffle records before splitting (else input order is kept).
+        file_format: ``"json"`` (one JSON array) or ``"jsonl"`` (one record per line).
+        copy_images: copy every image into ``out_dir/images`` and write paths
+            relative to ``out_dir`` (a self-contained, movable dataset); by
+            default file images are referenced by absolute path. Images from
+            data URLs always go to ``out_dir/images``.
+        on_error: ``"raise"``: any bad sample raises and nothing is written;
+            ``"skip"``: bad samples are left out and listed in the report.
+
+    Every file is written atomically; ``dataset_info.json`` last, so a dataset
+    is never registered before its files are complete. Cost: O(total message
+    size) plus one read per distinct image (hashing when copying/decoding).
+
+    Raises:
+        ExportError: bad samples with ``on_error="raise"`` (each listed with its
+            index and reason), no exportable sample, or an unreadable existing
+            ``dataset_info.json``.
+        ValueError: an invalid argument.
+    """
+    _check_format(format)
+    if file_format not in ("json", "jsonl"):
+        raise ValueError(f"file_format must be 'json' or 'jsonl', got {file_format!r}")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if not 0.0 <= val_ratio < 1.0:
+        raise ValueError(f"val_ratio must be in [0, 1), got {val_ratio!r}")
+    if not dataset_name or any(c in dataset_name for c in "/\\\0"):
+        raise ValueError(f"dataset_name must be a non-empty file name stem, got {dataset_name!r}")
+    root = Path(out_dir).absolute()
+    info_path = root / "dataset_info.json"
+    info = _read_dataset_info(info_path)
+
+    sink = _ImageSink(root, copy_images)
+    records: list[dict[str, Any]] = []
+    rejected: list[RejectedSample] = []
+    for index, sample in enumerate(samples):
+        try:
+            record = _to_record(sample, format, sink)
+        except _RecordError as exc:
+            rejected.append(RejectedSample(index, str(exc)))
+            continue
+        problems = _record_problems(
+            record, format, root, lambda p: p in sink.pending or p.is_file()
+        )
+        if problems:
+            rejected.append(RejectedSample(index, "; ".join(problems)))
+            continue
+        records.append(record)
+    if rejected and on_error == "raise":
+        listed = "\n".join(f"  sample {r.index}: {r.reason}" for r in rejected[:20])
+        more = f"\n  ... and {len(rejected) - 20} more" if len(rejected) > 20 else ""
+        raise ExportError(
+            f"{len(rejected)} of {len(samples)} samples cannot be exported; nothing was written:\n"
+            f"{listed}{more}"
+        )
+    for r in rejected:
+        logger.warning("sample %d left out of the export: %s", r.index, r.reason)
+    if not records:
+        raise ExportError(f"no exportable samples (got {len(samples)}); nothing was written")
+
+    order = np.arange(len(records))
+    if shuffle:
+        order = np.random.default_rng(seed).permutation(len(records))
+    n_val = 0
+    if val_ratio > 0 and len(records) >= 2:
+        n_val = min(max(1, round(len(records) * val_ratio)), len(records) - 1)
+    val = [records[i] for i in order[:n_val]]
+    train = [records[i] for i in order[n_val:]]
+
+    root.mkdir(parents=True, exist_ok=True)
+    if sink.pending:
+        (root / IMAGES_DIR).mkdir(exist_ok=True)
+    for target, data in sink.pending.items():
+        atomic_write_bytes(target, data)
+    train_file = root / f"{dataset_name}.{file_format}"
+    _write_records(train_file, train, file_format)
+    info[dataset_name] = dataset_info_entry(train_file.name, format)
+    val_file = None
+    if val:
+        val_file = root / f"{dataset_name}_val.{file_format}"
+        _write_records(val_file, val, file_format)
+        info[f"{dataset_name}_val"] = dataset_info_entry(val_file.name, format)
+    else:
+        info.pop(f"{dataset_name}_val", None)
+    atomic_write_json(info_path, info)
+    report = ExportReport(
+        out_dir=root,
+        dataset_name=dataset_name,
+        train_file=train_file,
+        val_file=val_file,
+        dataset_info_file=info_path,
+        num_train=len(train),
+        num_val=len(val),
+        num_image_refs=sum(len(r["images"]) for r in records),
+        images_written=len(sink.pending),
+        rejected=rejected,
+    )
+    logger.info(
+        "exported %d train / %d val records (%d images) to %s",
+        report.num_train,
+        report.num_val,
+        report.num_image_refs,
+        root,
+    )
+    return report
+
+
+def _read_dataset_info(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ExportError(f"existing {path} is not readable JSON: {exc}") from None
+    if not isinstance(info, dict):
+        raise ExportError(f"existing {path} is not a JSON object")
+    return info
+
+
+def export_buffer(
+    buffer: Any,
+    out_dir: str | os.PathLike[str],
+    *,
+    num_samples: int | None = None,
+    recency_bias_power: float = 1.0,
+    seed: int | None = 0,
+    **kwargs: Any,
+) -> ExportReport:
+    """Sample a trajectory buffer and export the samples (see :func:`export_llamafactory`).
+
+    Calls ``buffer.get_training_samples(num_samples, recency_bias_power, seed)``
+    (training-eligible samples: successful trajectories, changed screenshots)
+    and passes ``seed`` and ``kwargs`` on to :func:`export_llamafactory`.
+    """
+    samples = buffer.get_training_samples(
+        num_samples=num_samples, recency_bias_power=recency_bias_power, seed=seed
+    )
+    return export_llamafactory(samples, out_dir, seed=seed, **kwargs)

@@ -1,0 +1,784 @@
+"""Incremental trajectory storage: one immutable JSONL file per rollout iteration and rank.
+
+WebGym pickles each iteration with ``torch.save`` (loading runs arbitrary code,
+and a reader racing the writer hit ``EOFError``). Here every iteration file is
+UTF-8 JSON lines, written atomically (temporary file, fsync, rename), so a
+reader sees either no file or the complete file, and loading never executes
+anything. Screenshots stay image files; their paths are stored relative to the
+storage root when they lie under it (move the whole directory freely).
+
+Layout of ``root``::
+
+    iteration_000001.rank000.jsonl   # written by rank 0 during iteration 1
+    iteration_000001.rank001.jsonl   # rank 1
+    iteration_000002.jsonl           # iteration 2 after merge_ranks(2)
+
+File format: the first line is a header (JSON object) with the iteration, rank,
+user metadata and an index: trajectory lengths, final rewards, dummy flags,
+same-as-next-screenshot flags and byte lengths of the step lines (fixed-width
+little-endian integers, base64). Each further line is one step, in trajectory
+order: ``{"t": trajectory number in the file, "s": step number, "step":
+step_to_dict(step)}``. The index lets :meth:`ReplayBuffer.from_storage` open a
+million steps by reading headers only and seek straight to a step on access.
+
+On save: page metadata is stripped to ``title`` and ``url`` (unless
+``keep_page_metadata``); each trajectory's first step gets
+``trajectory_metadata["keypoint_step_ids"]`` (the steps whose reward has
+``submit``); a missing ``same_as_next_screenshot`` is computed from the
+screenshots' pixels and stored (last steps: never same-as-next).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from replaystore.atomic import atomic_open, fsync_dir
+from replaystore.errors import SchemaError, StorageError, TrajectoryError
+from replaystore.trajectories.buffer import (
+    SAME_KEY,
+    StepIndex,
+    is_dummy_trajectory,
+)
+from replaystore.trajectories.components import step_from_dict, step_to_dict
+from replaystore.trajectories.screenshots import (
+    ScreenshotFingerprinter,
+    default_fingerprinter,
+    same_as_next_flags,
+)
+
+__all__ = ["IterationFile", "TrajectoryStorage"]
+
+logger = logging.getLogger("replaystore.trajectories.storage")
+
+FORMAT = "replaystore.trajectories"
+VERSION = 1
+_FILE_RE = re.compile(r"^iteration_(\d{6,})(?:\.rank(\d{3,}))?\.jsonl$")
+_LISTING_RETRIES = 5
+
+
+def _encode(array: NDArray[Any], dtype: str) -> str:
+    return base64.b64encode(np.ascontiguousarray(array, dtype=dtype).tobytes()).decode("ascii")
+
+
+def _decode(text: str, dtype: str, count: int, where: str) -> NDArray[Any]:
+    try:
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
+        array = np.frombuffer(raw, dtype=dtype)
+    except (ValueError, TypeError) as exc:
+        raise StorageError(f"{where}: corrupt index array ({exc})") from None
+    if array.size != count:
+        raise StorageError(f"{where}: index array has {array.size} entries, expected {count}")
+    return array
+
+
+@dataclass(frozen=True, slots=True)
+class IterationFile:
+    """One iteration file on disk: ``rank`` is None for a merged file."""
+
+    path: Path
+    iteration: int
+    rank: int | None
+
+
+@dataclass(slots=True)
+class _Header:
+    """The parsed first line of an iteration file."""
+
+    file: IterationFile
+    body_start: int
+    metadata: dict[str, Any]
+    lengths: NDArray[np.int32]
+    final_rewards: list[Any]
+    dummy: NDArray[np.bool_]
+    same: NDArray[np.bool_]
+    line_lengths: NDArray[np.int64]
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.line_lengths.size)
+
+
+class TrajectoryStorage:
+    """Iteration files of web-agent trajectories under one directory.
+
+    Args:
+        root: the directory (created on first save).
+        keep_page_metadata: keep every page-metadata field (default: only
+            ``title`` and ``url``, as WebGym does, which saves ~10 KB per step).
+        fingerprinter: screenshot fingerprint cache for computing missing
+            same-as-next flags (default: process-wide).
+
+    Thread/process safety: any number of readers may run while writers write;
+    each file appears complete or not at all. Two writers must not save the same
+    (iteration, rank): the second gets :class:`StorageError`.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        keep_page_metadata: bool = False,
+        fingerprinter: ScreenshotFingerprinter | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.keep_page_metadata = bool(keep_page_metadata)
+        self._fingerprinter = fingerprinter
+
+    def __repr__(self) -> str:
+        return f"TrajectoryStorage({str(self.root)!r})"
+
+    # ------------------------------------------------------------------ listing
+
+    def files(self) -> list[IterationFile]:
+        """Every iteration file, sorted by (iteration, rank); merged files first."""
+        if not self.root.is_dir():
+            return []
+        out = []
+        for entry in os.scandir(self.root):
+            match = _FILE_RE.match(entry.name)
+            if match and entry.is_file():
+                rank = None if match.group(2) is None else int(match.group(2))
+                out.append(IterationFile(Path(entry.path), int(match.group(1)), rank))
+        out.sort(key=lambda f: (f.iteration, -1 if f.rank is None else f.rank))
+        return out
+
+    def iterations(self) -> list[int]:
+        """Iteration numbers present, ascending."""
+        return sorted({f.iteration for f in self.files()})
+
+    def next_iteration(self) -> int:
+        """One more than the highest iteration present (1 for an empty storage)."""
+        its = self.iterations()
+        return its[-1] + 1 if its else 1
+
+    def _readable_files(self, last_n_iterations: int | None) -> list[IterationFile]:
+        """Per iteration: its merged file if present, else its rank files."""
+        if last_n_iterations is not None and (
+            int(last_n_iterations) != last_n_iterations or last_n_iterations < 1
+        ):
+            raise ValueError(
+                f"last_n_iterations must be None or an integer >= 1, got {last_n_iterations!r}"
+            )
+        by_iteration: dict[int, list[IterationFile]] = {}
+        for f in self.files():
+            by_iteration.setdefault(f.iteration, []).append(f)
+        chosen = sorted(by_iteration)
+        if last_n_iterations is not None:
+            chosen = chosen[-int(last_n_iterations) :]
+        out: list[IterationFile] = []
+        for it in chosen:
+            group = by_iteration[it]
+            merged = [f for f in group if f.rank is None]
+            out.extend(merged or group)
+        return out
+
+    def _with_listing(self, last_n_iterations: int | None, read: Any) -> Any:
+        # A merge or a cleanup may remove a listed file before we open it; the
+        # data then lives in the merged file (or was deleted on purpose): list again.
+        for attempt in range(_LISTING_RETRIES):
+            files = self._readable_files(last_n_iterations)
+            try:
+                return read(files)
+            except FileNotFoundError:
+                if attempt == _LISTING_RETRIES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------------ writing
+
+    def save_iteration(
+        self,
+        iteration: int | None,
+        trajectories: Sequence[Sequence[Any]],
+        rank: int = 0,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Write one immutable iteration file for ``rank``; returns its path.
+
+        Args:
+            iteration: iteration number >= 1 (None: :meth:`next_iteration`).
+            trajectories: lists of steps (mappings with components or their
+                dicts, or :class:`Step`). Not modified.
+            rank: the writing process's rank (one file per rank).
+            metadata: JSON-compatible facts to keep in the header (model, config...).
+
+        Raises:
+            StorageError: the file (or the iteration's merged file) already exists.
+            TrajectoryError: a step is malformed or not JSON-serialisable (names
+                the trajectory and step); nothing is written.
+
+        Cost: one JSON encoding per step, plus one image decode per screenshot
+        whose same-as-next flag must be computed; one fsync.
+        """
+        if iteration is None:
+            iteration = self.next_iteration()
+        if int(iteration) != iteration or iteration < 1:
+            raise ValueError(f"iteration must be an integer >= 1, got {iteration!r}")
+        if int(rank) != rank or rank < 0:
+            raise ValueError(f"rank must be an integer >= 0, got {rank!r}")
+        iteration, rank = int(iteration), int(rank)
+        self.root.mkdir(parents=True, exist_ok=True)
+        target = self.root / f"iteration_{iteration:06d}.rank{rank:03d}.jsonl"
+        merged = self.root / f"iteration_{iteration:06d}.jsonl"
+        for existing in (target, merged):
+            if existing.exists():
+                raise StorageError(
+                    f"{existing} already exists: iteration files are immutable "
+                    "(pick another iteration or rank)"
+                )
+        header_meta = dict(metadata or {})
+        header_meta.setdefault("timestamp", _dt.datetime.now(_dt.UTC).isoformat())
+        encoded = [self._encode_trajectory(t, traj) for t, traj in enumerate(trajectories)]
+        self._write(target, iteration, rank, header_meta, encoded)
+        logger.info(
+            "saved iteration %d rank %d: %d trajectories to %s",
+            iteration,
+            rank,
+            len(encoded),
+            target,
+        )
+        return target
+
+    def _encode_trajectory(self, t: int, trajectory: Sequence[Any]) -> _EncodedTrajectory:
+        if isinstance(trajectory, (str, bytes, Mapping)) or not isinstance(trajectory, Sequence):
+            raise TrajectoryError(
+                f"trajectory {t} must be a list of steps, got {type(trajectory).__name__}"
+            )
+        if len(trajectory) == 0:
+            raise TrajectoryError(f"trajectory {t} has no steps")
+        dummy = is_dummy_trajectory(trajectory)
+        steps = []
+        for s, step in enumerate(trajectory):
+            try:
+                steps.append(step_to_dict(step))
+            except SchemaError as exc:
+                raise TrajectoryError(f"trajectory {t} step {s} is malformed: {exc}") from None
+        n = len(steps)
+        # Fill in missing same-as-next flags from the pixels (never for the last step).
+        todo = [s for s in range(n - 1) if steps[s].get(SAME_KEY) is None]
+        if todo:
+            fp = self._fingerprinter or default_fingerprinter()
+            flags = same_as_next_flags(
+                [steps[s]["observation"]["image_path"] for s in todo],
+                [steps[s + 1]["observation"]["image_path"] for s in todo],
+                fp,
+            )
+            for s, flag in zip(todo, flags.tolist(), strict=True):
+                steps[s][SAME_KEY] = flag
+        same = np.zeros(n, dtype=bool)
+        for s in range(n - 1):
+            value = steps[s].get(SAME_KEY)
+            if not isinstance(value, (bool, np.bool_)):
+                raise TrajectoryError(
+                    f"trajectory {t} step {s}: {SAME_KEY} must be a bool, got {value!r}"
+                )
+            same[s] = bool(value)
+        keypoints = [s for s, d in enumerate(steps) if d["reward"].get("submit")]
+        first_meta = dict(steps[0].get("trajectory_metadata") or {})
+        first_meta["keypoint_step_ids"] = keypoints
+        steps[0]["trajectory_metadata"] = first_meta
+        for d in steps:
+            obs = d["observation"]
+            obs["image_path"] = self._relative(obs["image_path"])
+            if not self.keep_page_metadata and isinstance(obs.get("page_metadata"), Mapping):
+                pm = obs["page_metadata"]
+                obs["page_metadata"] = {k: pm[k] for k in ("title", "url") if k in pm}
+        lines = []
+        for s, d in enumerate(steps):
+            try:
+                text = json.dumps(
+                    {"t": t, "s": s, "step": d},
+                    ensure_ascii=False,
+                    allow_nan=False,
+                    separators=(",", ":"),
+                )
+            except (TypeError, ValueError) as exc:
+                raise TrajectoryError(
+                    f"trajectory {t} step {s} cannot be stored as JSON: {exc}"
+                ) from None
+            lines.append(text.encode("utf-8") + b"\n")
+        reward = steps[-1]["reward"].get("reward")
+        return _EncodedTrajectory(lines, reward, dummy, same)
+
+    def _relative(self, image_path: Any) -> Any:
+        if not isinstance(image_path, str) or image_path == "":
+            return image_path
+        absolute = os.path.abspath(image_path)
+        root = os.path.abspath(self.root)
+        if os.path.commonpath([absolute, root]) == root:
+            return os.path.relpath(absolute, root).replace(os.sep, "/")
+        return absolute
+
+    def _resolve(self, image_path: Any) -> Any:
+        if not isinstance(image_path, str) or image_path == "" or os.path.isabs(image_path):
+            return image_path
+        return str(self.root / image_path)
+
+    def _write(
+        self,
+        target: Path,
+        iteration: int,
+        rank: int | None,
+        metadata: Mapping[str, Any],
+        trajectories: Sequence[_EncodedTrajectory],
+    ) -> None:
+        lengths = np.array([len(e.lines) for e in trajectories], dtype=np.int64)
+        line_lengths = np.fromiter(
+            (len(line) for e in trajectories for line in e.lines),
+            dtype=np.int64,
+            count=int(lengths.sum()),
+        )
+        same = np.concatenate([e.same for e in trajectories]) if trajectories else np.zeros(0, bool)
+        header = {
+            "format": FORMAT,
+            "version": VERSION,
+            "iteration": iteration,
+            "rank": rank,
+            "num_trajectories": len(trajectories),
+            "num_steps": int(line_lengths.size),
+            "metadata": metadata,
+            "index": {
+                "lengths": _encode(lengths, "<i4"),
+                "final_rewards": [e.final_reward for e in trajectories],
+                "dummy": _encode(np.array([e.dummy for e in trajectories], bool), "u1"),
+                "same": _encode(same, "u1"),
+                "line_lengths": _encode(line_lengths, "<i8"),
+            },
+        }
+        try:
+            header_line = json.dumps(header, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise TrajectoryError(
+                f"iteration {iteration} cannot be stored: metadata or a final reward is not "
+                f"JSON ({exc})"
+            ) from None
+        with atomic_open(target, "wb") as handle:
+            handle.write(header_line.encode("utf-8") + b"\n")
+            for e in trajectories:
+                handle.writelines(e.lines)
+
+    # ------------------------------------------------------------------ reading
+
+    def _read_header(self, file: IterationFile) -> _Header:
+        with open(file.path, "rb") as handle:
+            first = handle.readline()
+        where = str(file.path)
+        try:
+            header = json.loads(first)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise StorageError(f"{where} is not a replaystore iteration file") from None
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise StorageError(f"{where} is not a replaystore iteration file")
+        if header.get("version") != VERSION:
+            raise StorageError(
+                f"{where} has format version {header.get('version')!r}; this replaystore "
+                f"reads version {VERSION}"
+            )
+        try:
+            index = header["index"]
+            n_traj = int(header["num_trajectories"])
+            n_steps = int(header["num_steps"])
+            lengths = _decode(index["lengths"], "<i4", n_traj, where)
+            rewards = list(index["final_rewards"])
+            dummy = _decode(index["dummy"], "u1", n_traj, where).astype(bool)
+            same = _decode(index["same"], "u1", n_steps, where).astype(bool)
+            line_lengths = _decode(index["line_lengths"], "<i8", n_steps, where)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StorageError(f"{where}: malformed header ({exc!r})") from None
+        if len(rewards) != n_traj or int(lengths.sum()) != n_steps:
+            raise StorageError(f"{where}: header counts do not match its index")
+        return _Header(
+            file=file,
+            body_start=len(first),
+            metadata=dict(header.get("metadata") or {}),
+            lengths=lengths,
+            final_rewards=rewards,
+            dummy=dummy,
+            same=same,
+            line_lengths=line_lengths,
+        )
+
+    def _decode_line(self, line: bytes, where: str) -> tuple[int, int, dict[str, Any]]:
+        try:
+            record = json.loads(line)
+            t, s, data = int(record["t"]), int(record["s"]), record["step"]
+            step = step_from_dict(data)
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise StorageError(f"{where}: malformed step line ({exc})") from None
+        observation = step["observation"]
+        observation.image_path = self._resolve(observation.image_path)
+        return t, s, step
+
+    def _read_file(self, file: IterationFile) -> tuple[_Header, list[list[dict[str, Any]]]]:
+        header = self._read_header(file)
+        trajectories: list[list[dict[str, Any]]] = [[] for _ in range(header.lengths.size)]
+        count = 0
+        with open(file.path, "rb") as handle:
+            handle.seek(header.body_start)
+            for line in handle:
+                t, _, step = self._decode_line(line, f"{file.path} line {count + 2}")
+                if not 0 <= t < len(trajectories):
+                    raise StorageError(f"{file.path} line {count + 2}: trajectory {t} unknown")
+                trajectories[t].append(step)
+                count += 1
+        if count != header.num_steps:
+            raise StorageError(
+                f"{file.path} holds {count} steps but its header says {header.num_steps}"
+            )
+        return header, trajectories
+
+    def load_all(self, last_n_iterations: int | None = None) -> list[list[dict[str, Any]]]:
+        """Every stored trajectory (oldest iteration first; ranks in order).
+
+        Steps come back as WebGym mappings with component objects; screenshot
+        paths are absolute again.
+
+        Args:
+            last_n_iterations: only the most recent N iterations (None: all).
+
+        Raises:
+            StorageError: a file is not ours or is inconsistent.
+        """
+
+        def read(files: list[IterationFile]) -> list[list[dict[str, Any]]]:
+            out: list[list[dict[str, Any]]] = []
+            for f in files:
+                out.extend(self._read_file(f)[1])
+            return out
+
+        return self._with_listing(last_n_iterations, read)
+
+    def load_last(self) -> list[list[dict[str, Any]]]:
+        """The trajectories of the most recent iteration ([] when there is none)."""
+        return self.load_all(last_n_iterations=1) if self.iterations() else []
+
+    def iter_trajectories(
+        self, last_n_iterations: int | None = None
+    ) -> Iterator[tuple[int, list[dict[str, Any]]]]:
+        """``(iteration, trajectory)`` pairs, one file in memory at a time."""
+        for f in self._readable_files(last_n_iterations):
+            for trajectory in self._read_file(f)[1]:
+                yield f.iteration, trajectory
+
+    def metadata(self, iteration: int) -> list[dict[str, Any]]:
+        """The header metadata of each readable file of ``iteration``."""
+        files = [f for f in self._readable_files(None) if f.iteration == iteration]
+        return [self._read_header(f).metadata for f in files]
+
+    # ------------------------------------------------------------------ maintenance
+
+    def merge_ranks(self, iteration: int) -> Path:
+        """Combine the rank files of ``iteration`` into one file; removes the rank files.
+
+        Trajectories keep rank order. Readers never miss data: the merged file
+        appears (atomically) before the rank files are removed, and readers
+        prefer it. Idempotent: an already merged iteration returns its path.
+
+        Raises:
+            StorageError: the iteration has no files.
+        """
+        group = [f for f in self.files() if f.iteration == iteration]
+        merged_path = self.root / f"iteration_{int(iteration):06d}.jsonl"
+        ranks = [f for f in group if f.rank is not None]
+        if not group:
+            raise StorageError(f"iteration {iteration} has no files under {self.root}")
+        if any(f.rank is None for f in group) and not ranks:
+            return merged_path
+        if merged_path.exists():
+            raise StorageError(
+                f"iteration {iteration} has both a merged file and rank files; remove one"
+            )
+        encoded: list[_EncodedTrajectory] = []
+        rank_meta: dict[str, Any] = {}
+        for f in ranks:
+            header = self._read_header(f)
+            rank_meta[str(f.rank)] = header.metadata
+            with open(f.path, "rb") as handle:
+                handle.seek(header.body_start)
+                raw_lines = handle.read().split(b"\n")
+            if raw_lines and raw_lines[-1] == b"":
+                raw_lines.pop()
+            if len(raw_lines) != header.num_steps:
+                raise StorageError(
+                    f"{f.path} holds {len(raw_lines)} steps but its header says {header.num_steps}"
+                )
+            offset = len(encoded)
+            start = 0
+            for t, length in enumerate(header.lengths.tolist()):
+                lines = [
+                    _renumber(raw, offset + t, f"{f.path} line {start + i + 2}")
+                    for i, raw in enumerate(raw_lines[start : start + length])
+                ]
+                encoded.append(
+                    _EncodedTrajectory(
+                        lines,
+                        header.final_rewards[t],
+                        bool(header.dummy[t]),
+                        header.same[start : start + length],
+                    )
+                )
+                start += length
+        metadata = {"merged_ranks": [f.rank for f in ranks], "rank_metadata": rank_meta}
+        self._write(merged_path, int(iteration), None, metadata, encoded)
+        for f in ranks:
+            f.path.unlink(missing_ok=True)
+        fsync_dir(self.root)
+        logger.info(
+            "merged %d rank files of iteration %d into %s", len(ranks), iteration, merged_path
+        )
+        return merged_path
+
+    def cleanup_old_iterations(self, keep_last_n: int = 5) -> list[Path]:
+        """Delete the files of all but the ``keep_last_n`` most recent iterations.
+
+        Returns:
+            The removed paths.
+
+        Raises:
+            ValueError: ``keep_last_n`` is not an integer >= 0.
+        """
+        if int(keep_last_n) != keep_last_n or keep_last_n < 0:
+            raise ValueError(f"keep_last_n must be an integer >= 0, got {keep_last_n!r}")
+        its = self.iterations()
+        doomed = set(its[: max(0, len(its) - int(keep_last_n))])
+        removed = []
+        for f in self.files():
+            if f.iteration in doomed:
+                f.path.unlink(missing_ok=True)
+                removed.append(f.path)
+        if removed:
+            fsync_dir(self.root)
+            logger.info("removed %d old iteration files under %s", len(removed), self.root)
+        return removed
+
+    def stats(self, success_threshold: float = 1.0) -> dict[str, Any]:
+        """Counts from the file headers (no step is parsed).
+
+        Returns:
+            ``{"root", "total_iterations", "total_files", "total_trajectories",
+            "total_steps", "successful_trajectories", "dummy_trajectories",
+            "total_size_bytes", "total_size_mb", "iterations": [per-iteration dicts
+            with iteration, files, trajectories, steps, successful_trajectories,
+            size_bytes]}`` (WebGym's keys plus more).
+        """
+
+        def read(files: list[IterationFile]) -> dict[str, Any]:
+            per: dict[int, dict[str, Any]] = {}
+            for f in files:
+                header = self._read_header(f)
+                size = f.path.stat().st_size
+                successful = sum(
+                    1
+                    for r, d in zip(header.final_rewards, header.dummy.tolist(), strict=True)
+                    if not d and _is_number(r) and float(r) >= success_threshold
+                )
+                entry = per.setdefault(
+                    f.iteration,
+                    {
+                        "iteration": f.iteration,
+                        "files": 0,
+                        "trajectories": 0,
+                        "steps": 0,
+                        "successful_trajectories": 0,
+                        "dummy_trajectories": 0,
+                        "size_bytes": 0,
+                    },
+                )
+                entry["files"] += 1
+                entry["trajectories"] += int(header.lengths.size)
+                entry["steps"] += header.num_steps
+                entry["successful_trajectories"] += successful
+                entry["dummy_trajectories"] += int(header.dummy.sum())
+                entry["size_bytes"] += size
+            rows = [per[it] for it in sorted(per)]
+            total_size = sum(r["size_bytes"] for r in rows)
+            return {
+                "root": str(self.root),
+                "total_iterations": len(rows),
+                "total_files": sum(r["files"] for r in rows),
+                "total_trajectories": sum(r["trajectories"] for r in rows),
+                "total_steps": sum(r["steps"] for r in rows),
+                "successful_trajectories": sum(r["successful_trajectories"] for r in rows),
+                "dummy_trajectories": sum(r["dummy_trajectories"] for r in rows),
+                "total_size_bytes": total_size,
+                "total_size_mb": total_size / 2**20,
+                "iterations": rows,
+            }
+
+        return self._with_listing(None, read)
+
+    # ------------------------------------------------------------------ buffer index
+
+    def build_index(self, last_n_iterations: int | None = None) -> StepIndex:
+        """The buffer index of the stored steps, from file headers only.
+
+        Trajectory ids count every stored trajectory (dummies included) in
+        :meth:`load_all` order, so errors name the same trajectory number as a
+        buffer built from ``load_all()``.
+
+        Raises:
+            StorageError: no iteration files.
+            TrajectoryError: a non-dummy trajectory's final reward is None or not
+                a number (names the trajectory and its file).
+        """
+        headers: list[_Header] = self._with_listing(
+            last_n_iterations, lambda files: [self._read_header(f) for f in files]
+        )
+        if not headers:
+            raise StorageError(f"no iteration files under {self.root}")
+        traj_parts, step_parts, reward_parts, same_parts = [], [], [], []
+        file_parts, offset_parts, traj_rewards = [], [], []
+        traj_file: list[NDArray[np.int32]] = []
+        traj_local: list[NDArray[np.int32]] = []
+        dummies = 0
+        first_traj = 0
+        for file_id, h in enumerate(headers):
+            n_traj = int(h.lengths.size)
+            lengths = h.lengths.astype(np.int64)
+            keep = ~h.dummy
+            dummies += int(h.dummy.sum())
+            rewards = np.zeros(n_traj)
+            for t in np.flatnonzero(keep).tolist():
+                rewards[t] = _stored_reward(
+                    h.final_rewards[t],
+                    f"trajectory {first_traj + t} (trajectory {t} of {h.file.path})",
+                    int(lengths[t]) - 1,
+                )
+            step_keep = np.repeat(keep, lengths)
+            starts = np.cumsum(lengths) - lengths
+            local_step = np.arange(h.num_steps, dtype=np.int64) - np.repeat(starts, lengths)
+            offsets = h.body_start + np.cumsum(h.line_lengths) - h.line_lengths
+            traj_ids = np.repeat(np.arange(first_traj, first_traj + n_traj), lengths)
+            traj_parts.append(traj_ids[step_keep])
+            step_parts.append(local_step[step_keep].astype(np.int32))
+            reward_parts.append(np.repeat(rewards, lengths)[step_keep])
+            same = h.same.copy()
+            same[(starts + lengths - 1)[lengths > 0]] = False
+            same_parts.append(same[step_keep])
+            file_parts.append(np.full(int(step_keep.sum()), file_id, dtype=np.int32))
+            offset_parts.append(offsets[step_keep])
+            traj_rewards.append(rewards[keep])
+            traj_file.append(np.full(n_traj, file_id, dtype=np.int32))
+            traj_local.append(np.arange(n_traj, dtype=np.int32))
+            first_traj += n_traj
+        source = _FileSource(
+            self,
+            [h.file.path for h in headers],
+            np.concatenate(file_parts),
+            np.concatenate(offset_parts).astype(np.int64),
+            np.concatenate(traj_file),
+            np.concatenate(traj_local),
+        )
+        return StepIndex(
+            traj=np.concatenate(traj_parts).astype(np.int64),
+            step=np.concatenate(step_parts),
+            reward=np.concatenate(reward_parts),
+            same=np.concatenate(same_parts),
+            trajectory_rewards=np.concatenate(traj_rewards),
+            dummy_trajectories=dummies,
+            computed_steps=0,
+            missing_screenshots=0,
+            source=source,
+        )
+
+
+@dataclass(slots=True)
+class _EncodedTrajectory:
+    lines: list[bytes]
+    final_reward: Any
+    dummy: bool
+    same: NDArray[np.bool_]
+
+
+def _renumber(raw: bytes, t: int, where: str) -> bytes:
+    try:
+        record = json.loads(raw)
+        record["t"] = t
+    except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as exc:
+        raise StorageError(f"{where}: malformed step line ({exc})") from None
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _stored_reward(value: Any, where: str, last: int) -> float:
+    if value is None:
+        raise TrajectoryError(
+            f"{where}: final step {last} has reward None, so success is undefined "
+            "(WebGym raises AttributeError here)"
+        )
+    if isinstance(value, bool):
+        return float(value)
+    if not _is_number(value):
+        raise TrajectoryError(f"{where}: final step {last} has a non-numeric reward {value!r}")
+    return float(value)
+
+
+class _FileSource:
+    """Reads one step (or a step's history) from its iteration file on access."""
+
+    __slots__ = ("file_of_step", "files", "offsets", "storage", "traj_file", "traj_local")
+
+    def __init__(
+        self,
+        storage: TrajectoryStorage,
+        files: list[Path],
+        file_of_step: NDArray[np.int32],
+        offsets: NDArray[np.int64],
+        traj_file: NDArray[np.int32],
+        traj_local: NDArray[np.int32],
+    ) -> None:
+        self.storage = storage
+        self.files = files
+        self.file_of_step = file_of_step
+        self.offsets = offsets
+        self.traj_file = traj_file
+        self.traj_local = traj_local
+
+    def describe(self, traj: int, step: int) -> str:
+        path = self.files[int(self.traj_file[traj])]
+        return f"trajectory {traj} step {step} (trajectory {int(self.traj_local[traj])} of {path})"
+
+    def _read(self, pos: int, count: int, traj: int, step: int) -> list[dict[str, Any]]:
+        path = self.files[int(self.file_of_step[pos])]
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(int(self.offsets[pos]))
+                lines = [handle.readline() for _ in range(count)]
+        except FileNotFoundError:
+            raise StorageError(
+                f"{path} was removed after the buffer was opened (cleanup_old_iterations "
+                "or merge_ranks); reopen the buffer"
+            ) from None
+        out = []
+        for i, line in enumerate(lines):
+            where = self.describe(traj, step - count + 1 + i)
+            t, s, mapping = self.storage._decode_line(line, where)
+            if t != int(self.traj_local[traj]) or s != step - count + 1 + i:
+                raise StorageError(f"{where}: the file changed after the buffer was opened")
+            out.append(mapping)
+        return out
+
+    def step(self, pos: int, traj: int, step: int) -> dict[str, Any]:
+        return self._read(pos, 1, traj, step)[0]
+
+    def history(self, pos: int, traj: int, step: int) -> list[dict[str, Any]]:
+        if step == 0:
+            return []
+        return self._read(pos - step, step, traj, step - 1)

@@ -1,0 +1,893 @@
+"""The tensor transition buffer: ObjectRL's ``ReplayBuffer`` API, with full checkpoints.
+
+A ring of ``buffer_size`` transitions stored column by column (one preallocated
+tensor per key) in RAM, in memory-mapped files or on a CUDA device. Sampling is
+uniform (one ``torch.randint`` and one ``index_select`` per column) or
+proportional to priorities (:mod:`replaystore.transitions.prioritized`).
+
+Concurrency: every public method takes the buffer's lock, so one writer thread
+and any number of sampler threads in the same process see whole transitions
+(never a row whose keys come from different adds). Epoch iterators take the
+lock per batch, not for the whole epoch.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import math
+import os
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from replaystore.errors import (
+    CheckpointError,
+    EmptyBufferError,
+    PriorityError,
+    SchemaError,
+)
+from replaystore.transitions.checkpoint import Snapshot, read_checkpoint, write_checkpoint
+from replaystore.transitions.prioritized import PriorityIndex, as_index_array, check_stored
+from replaystore.transitions.schema import (
+    FieldSpec,
+    as_flat_mapping,
+    infer_fields,
+    schema_error,
+)
+from replaystore.transitions.storage import (
+    MemmapState,
+    MemmapStorage,
+    TemporaryDirectory,
+    TensorStorage,
+    ensure_directory,
+)
+
+__all__ = ["ReplayBuffer"]
+
+logger = logging.getLogger(__name__)
+
+Indices = Sequence[int] | torch.Tensor | range | np.ndarray
+_PY_SCALARS = (bool, int, float, complex)
+_RESERVED = ("index", "weight")
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _normalise_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
+    exp = as_flat_mapping(batch, batched=True)
+    return {
+        k: v if isinstance(v, torch.Tensor | np.ndarray) else np.asarray(v) for k, v in exp.items()
+    }
+
+
+class ReplayBuffer:
+    """A fixed-size ring of transitions with uniform or prioritized sampling.
+
+    The schema (keys, item shapes, dtypes) is taken from the first ``add`` or
+    ``add_batch``; columns are preallocated then, and every later experience
+    must match it (``SchemaError`` naming the key otherwise).
+
+    Args:
+        device: where sampled batches go (the training device).
+        storing_device: where the transitions live. ``cpu`` stores them in a
+            file-backed memory map by default (ObjectRL's ``LazyMemmapStorage``);
+            ``cuda`` keeps them on the GPU, so sampling never crosses the bus.
+        buffer_size: capacity in transitions; the oldest are overwritten first.
+        print_gc_warning: log a warning when :meth:`reset` runs the garbage collector.
+        sampler: ``"uniform"`` (with replacement) or ``"prioritized"``
+            (proportional, with importance weights).
+        alpha: priority exponent (prioritized): stored priority ``(|p| + eps) ** alpha``.
+        beta: importance-weight exponent (prioritized); settable as ``buf.beta``.
+        eps: added to ``|p|`` so no item has probability 0 (prioritized).
+        path: directory of the memory-mapped columns. If it already holds a
+            buffer (``buffer.json``), that buffer is reopened with everything
+            flushed before; without ``path`` a private temporary directory is
+            used and removed by :meth:`close` or at exit.
+        seed: seeds every random choice (sampling, permutations). Same seed and
+            same calls give the same samples. ``None`` draws fresh entropy.
+        storage: ``"auto"`` (cpu -> ``"memmap"``, other devices -> tensors on
+            that device), ``"memmap"`` (cpu only) or ``"memory"`` (plain tensors
+            on ``storing_device``: RAM for cpu, fastest to fill).
+
+    Raises:
+        ValueError: a bad argument (size, sampler, exponents, storage on a device
+            that does not support it, ``path`` without memmap storage).
+        CheckpointError: ``path`` holds a buffer of another capacity.
+    """
+
+    def __init__(
+        self,
+        device: torch.device | str,
+        storing_device: torch.device | str,
+        buffer_size: int,
+        print_gc_warning: bool = False,
+        *,
+        sampler: Literal["uniform", "prioritized"] = "uniform",
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        path: str | os.PathLike[str] | None = None,
+        seed: int | None = None,
+        storage: Literal["auto", "memory", "memmap"] = "auto",
+    ) -> None:
+        self.device = torch.device(device)
+        self.storing_device = torch.device(storing_device)
+        self.print_gc_warning = bool(print_gc_warning)
+        self._capacity = _positive_int(buffer_size, "buffer_size")
+        if storage not in ("auto", "memory", "memmap"):
+            raise ValueError(f"storage must be 'auto', 'memory' or 'memmap', got {storage!r}")
+        on_cpu = self.storing_device.type == "cpu"
+        if storage == "memmap" and not on_cpu:
+            raise ValueError(
+                f"storage='memmap' needs storing_device cpu, got {self.storing_device}"
+            )
+        self._kind = "memmap" if on_cpu and storage in ("auto", "memmap") else "memory"
+        if path is not None and self._kind != "memmap":
+            raise ValueError("path= names the memory-map directory; it needs memmap storage")
+        if sampler not in ("uniform", "prioritized"):
+            raise ValueError(f"sampler must be 'uniform' or 'prioritized', got {sampler!r}")
+        self._sampler = sampler
+        self._alpha, self._beta, self._eps = float(alpha), float(beta), float(eps)
+        self._prio = self._new_priorities() if sampler == "prioritized" else None
+        self._path = ensure_directory(path) if path is not None else None
+        self._tmpdir: TemporaryDirectory | None = None
+
+        seq = np.random.SeedSequence(seed)
+        self._gen = torch.Generator(device=self.storing_device)
+        self._gen.manual_seed(int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1)))
+        self._np_rng = np.random.Generator(np.random.PCG64(seq.spawn(1)[0]))
+
+        self._lock = threading.RLock()
+        self._storage: TensorStorage | MemmapStorage | None = None
+        self._fields: dict[str, FieldSpec] | None = None
+        self._plan: list[tuple[str, tuple[int, ...], frozenset[Any], Any, torch.Tensor]] = []
+        self._size = 0
+        self._ptr = 0
+        self._iterator: Iterator[TensorDict] | None = None
+        self._batch_device = None if self.device == self.storing_device else self.device
+        if self._path is not None:
+            self._reopen(self._path)
+
+    # ----------------------------------------------------------------- state
+
+    def _new_priorities(self) -> PriorityIndex:
+        return PriorityIndex(self._capacity, self._alpha, self._beta, self._eps)
+
+    @property
+    def buffer_size(self) -> int:
+        """Capacity in transitions."""
+        return self._capacity
+
+    @property
+    def data_size(self) -> int:
+        """Number of stored transitions (ObjectRL's name; same as :attr:`size`)."""
+        return self._size
+
+    @property
+    def size(self) -> int:
+        """Number of stored transitions, at most :attr:`buffer_size`."""
+        return self._size
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def pointer(self) -> int:
+        """Storage position the next transition goes to."""
+        return self._ptr
+
+    @property
+    def fields(self) -> dict[str, FieldSpec] | None:
+        """The schema (key -> item shape and dtype), or None before the first add."""
+        return None if self._fields is None else dict(self._fields)
+
+    @property
+    def storage_kind(self) -> str:
+        """``"memmap"`` or ``"memory"`` (tensors on ``storing_device``, RAM or GPU)."""
+        return self._kind
+
+    @property
+    def path(self) -> Path | None:
+        """Directory of the memory-mapped columns (None for memory storage)."""
+        if self._path is not None:
+            return self._path
+        return self._tmpdir.path if self._tmpdir is not None else None
+
+    @property
+    def sampler(self) -> str:
+        """``"uniform"`` or ``"prioritized"``."""
+        return self._sampler
+
+    @property
+    def beta(self) -> float:
+        """Importance-weight exponent of prioritized sampling (anneal it towards 1)."""
+        return self._beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"beta must be finite and >= 0, got {value!r}")
+        with self._lock:
+            self._beta = float(value)
+            if self._prio is not None:
+                self._prio.beta = float(value)
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplayBuffer(size={self._size}/{self._capacity}, storage={self._kind}, "
+            f"storing_device={self.storing_device}, device={self.device}, "
+            f"sampler={self._sampler!r})"
+        )
+
+    # --------------------------------------------------------------- storage
+
+    def _memmap_dir(self) -> Path:
+        if self._path is not None:
+            return self._path
+        if self._tmpdir is None:
+            self._tmpdir = TemporaryDirectory()
+        return self._tmpdir.path
+
+    def _install(self, storage: TensorStorage | MemmapStorage) -> None:
+        old = self._storage
+        self._storage = storage
+        self._fields = {f.name: f for f in storage.fields}
+        self._plan = [
+            (f.name, f.shape, f.accepts, storage.arrays[f.name], storage.columns[f.name])
+            for f in storage.fields
+        ]
+        if old is not None and old is not storage:
+            old.close()
+
+    def _create(self, fields: list[FieldSpec]) -> None:
+        if self._kind == "memmap":
+            storage: TensorStorage | MemmapStorage = MemmapStorage(
+                self._memmap_dir(), fields, self._capacity
+            )
+            storage.flush(MemmapState(0, 0))
+            storage.remove_other_generations()
+        else:
+            storage = TensorStorage(fields, self._capacity, self.storing_device)
+        self._install(storage)
+
+    def _reopen(self, directory: Path) -> None:
+        meta = MemmapStorage.read_meta(directory)
+        if meta is None:
+            return
+        if int(meta.get("capacity", -1)) != self._capacity:
+            raise CheckpointError(
+                f"{directory} holds a buffer of capacity {meta.get('capacity')}, but "
+                f"buffer_size is {self._capacity}; open it with that buffer_size"
+            )
+        storage = MemmapStorage.reopen(directory, meta)
+        size, ptr = int(meta["size"]), int(meta["pointer"])
+        if not (0 <= size <= self._capacity and 0 <= ptr < self._capacity):
+            raise CheckpointError(f"{directory}: inconsistent size {size} / pointer {ptr}")
+        if self._prio is not None:
+            pri = meta.get("priorities")
+            if pri is not None:
+                values = MemmapStorage.read_priorities(directory, self._capacity)[:size]
+                self._prio.restore(values, float(pri["max_priority"]))
+            else:
+                self._prio.restore(np.ones(size), 1.0)
+        self._install(storage)
+        self._size, self._ptr = size, ptr
+        logger.info("reopened %d transitions from %s", size, directory)
+
+    def _memmap_state(self) -> MemmapState:
+        if self._prio is None:
+            return MemmapState(self._size, self._ptr)
+        values = np.zeros(self._capacity)
+        values[: self._size] = self._prio.values(self._size)
+        return MemmapState(self._size, self._ptr, values, self._prio.max_priority)
+
+    def flush(self) -> None:
+        """Make everything added so far durable in the memmap directory.
+
+        Writes the dirty pages of every column back to its file, then atomically
+        replaces ``buffer.json`` (schema, size, pointer; priorities alongside).
+        Reopening the directory (``path=``) after a crash restores the state of
+        the last flush. Caveat: once the ring has wrapped, rows overwritten after
+        the last flush hold the newer data (possibly only some of its keys if the
+        crash hit mid-add); use :meth:`save` for an exact point-in-time copy.
+        A no-op for memory storage. Cost: proportional to the pages written since
+        the last flush, plus two small fsynced files.
+        """
+        with self._lock:
+            if isinstance(self._storage, MemmapStorage):
+                self._storage.flush(self._memmap_state())
+
+    def close(self) -> None:
+        """Flush (memmap), release the storage and remove a private temporary directory.
+
+        The buffer is empty afterwards and can be filled again.
+        """
+        with self._lock:
+            if isinstance(self._storage, MemmapStorage) and self._path is not None:
+                self._storage.flush(self._memmap_state())
+            self._drop_storage(remove_files=False)
+            if self._tmpdir is not None:
+                self._tmpdir.cleanup()
+                self._tmpdir = None
+
+    def __enter__(self) -> ReplayBuffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _drop_storage(self, *, remove_files: bool) -> None:
+        if self._storage is not None:
+            self._storage.close()
+        if remove_files and self._kind == "memmap":
+            directory = self.path
+            if directory is not None:
+                MemmapStorage.clear(directory)
+        self._storage = None
+        self._fields = None
+        self._plan = []
+        self._size = 0
+        self._ptr = 0
+        self._iterator = None
+        if self._prio is not None:
+            self._prio = self._new_priorities()
+
+    def reset(self, buffer_size: int | None = None) -> None:
+        """Remove every transition and the schema, optionally changing the capacity.
+
+        The next add defines a new schema. Memmap files of the old contents are
+        deleted. The random state is kept (the seeded stream continues).
+
+        Args:
+            buffer_size: new capacity; None keeps the current one.
+        """
+        with self._lock:
+            if buffer_size is not None:
+                self._capacity = _positive_int(buffer_size, "buffer_size")
+            self._drop_storage(remove_files=True)
+        if self.print_gc_warning:
+            logger.warning("ReplayBuffer.reset: running the garbage collector")
+        gc.collect()
+
+    # ---------------------------------------------------------------- adding
+
+    def _slow_single(self, experience: Any) -> dict[str, Any]:
+        """Validate an experience the fast path rejected; convert lists; raise if it is bad."""
+        exp = as_flat_mapping(experience, batched=False)
+        assert self._fields is not None
+        err = schema_error(self._fields, exp, batched=False)
+        if err is not None:
+            raise err
+        return {
+            k: v
+            if isinstance(v, (torch.Tensor, np.ndarray, np.generic, *_PY_SCALARS))
+            else np.asarray(v)
+            for k, v in exp.items()
+        }
+
+    def add(self, experience: TensorDictBase | Mapping[str, Any]) -> None:
+        """Add one transition.
+
+        Args:
+            experience: a TensorDict with batch size ``[]`` or a mapping of key ->
+                tensor / numpy array / numpy or Python scalar, one item each (no
+                batch dimension). The first add defines the schema.
+
+        Raises:
+            SchemaError: a missing or extra key, a wrong item shape or a dtype that
+                does not cast to the column's (named in the message). Nothing is
+                written then.
+
+        Cost: a few microseconds for a dict of numpy arrays and scalars on CPU
+        storage (one dtype/shape check and one numpy row copy per key).
+        """
+        with self._lock:
+            if type(experience) is not dict:
+                experience = as_flat_mapping(experience, batched=False)
+            if self._storage is None:
+                self._create(infer_fields(experience, batched=False, reserved=self._reserved()))
+            plan = self._plan
+            ok = len(experience) == len(plan)
+            if ok:
+                for name, shape, accepts, _, _ in plan:
+                    # A missing key yields the dict itself, which no column accepts.
+                    v = experience.get(name, experience)
+                    t = type(v)
+                    if t is np.ndarray or isinstance(v, torch.Tensor | np.generic):
+                        if v.shape != shape or v.dtype not in accepts:
+                            ok = False
+                            break
+                    elif t not in accepts or shape:
+                        ok = False
+                        break
+            if not ok:
+                experience = self._slow_single(experience)
+            ptr = self._ptr
+            for name, _, _, arr, col in plan:
+                v = experience[name]
+                if isinstance(v, torch.Tensor):
+                    if arr is not None and v.device.type == "cpu" and v.dtype != torch.bfloat16:
+                        arr[ptr] = v.detach().numpy()
+                    else:
+                        col[ptr].copy_(v.detach())
+                elif arr is not None:
+                    arr[ptr] = v
+                else:
+                    col[ptr].copy_(torch.as_tensor(v))
+            self._ptr = ptr + 1 if ptr + 1 < self._capacity else 0
+            if self._size < self._capacity:
+                self._size += 1
+            if self._prio is not None:
+                self._prio.mark_new(ptr)
+
+    def _reserved(self) -> tuple[str, ...]:
+        return _RESERVED if self._prio is not None else ()
+
+    def add_batch(self, batch: TensorDictBase | Mapping[str, Any]) -> None:
+        """Add N transitions, as if added one by one in order.
+
+        The batch wraps around the end of the ring; a batch larger than the
+        capacity keeps only its newest ``buffer_size`` items.
+
+        Args:
+            batch: a TensorDict with batch size ``[N]`` or a mapping of key ->
+                tensor / array / list with a leading dimension N (the same for
+                every key). The first add defines the schema from ``shape[1:]``.
+
+        Raises:
+            SchemaError: as :meth:`add`, or keys with different N. Nothing is
+                written then.
+
+        Cost: one or two slice copies per column.
+        """
+        with self._lock:
+            exp = batch if type(batch) is dict else as_flat_mapping(batch, batched=True)
+            if self._storage is None:
+                exp = _normalise_batch(exp)
+                self._create(infer_fields(exp, batched=True, reserved=self._reserved()))
+            n = self._batch_rows(exp)
+            if n < 0:
+                exp = _normalise_batch(exp)
+                n = self._batch_rows(exp)
+                if n < 0:
+                    assert self._fields is not None
+                    err = schema_error(self._fields, exp, batched=True)
+                    raise err if err is not None else SchemaError("batch does not fit the schema")
+            if n == 0:
+                return
+            cap = self._capacity
+            m = min(n, cap)
+            start = (self._ptr + n - m) % cap
+            first = min(m, cap - start)
+            for name, _, _, arr, col in self._plan:
+                v = exp[name]
+                if isinstance(v, torch.Tensor):
+                    if arr is not None and v.device.type == "cpu" and v.dtype != torch.bfloat16:
+                        v = v.detach().numpy()
+                    else:
+                        arr = None
+                        v = v.detach()
+                elif arr is None:
+                    v = torch.as_tensor(v)
+                # NumPy slice assignment is ~10x cheaper than torch's copy_ for small batches.
+                dst = arr if arr is not None else col
+                v = v[n - m :]
+                if arr is not None:
+                    dst[start : start + first] = v[:first]
+                    if m > first:
+                        dst[: m - first] = v[first:]
+                else:
+                    col[start : start + first].copy_(v[:first])
+                    if m > first:
+                        col[: m - first].copy_(v[first:])
+            if self._prio is not None:
+                self._prio.mark_new_many((start + np.arange(m, dtype=np.int64)) % cap)
+            self._ptr = (self._ptr + n) % cap
+            self._size = min(self._size + n, cap)
+
+    def _batch_rows(self, exp: Mapping[str, Any]) -> int:
+        """The common leading dimension if ``exp`` fits the schema as-is, else -1."""
+        plan = self._plan
+        if len(exp) != len(plan):
+            return -1
+        n = -1
+        for name, shape, accepts, _, _ in plan:
+            v = exp.get(name)
+            if type(v) is not np.ndarray and not isinstance(v, torch.Tensor):
+                return -1
+            vs = v.shape
+            if not vs or vs[1:] != shape or v.dtype not in accepts or (n >= 0 and vs[0] != n):
+                return -1
+            n = vs[0]
+        return n
+
+    # -------------------------------------------------------------- sampling
+
+    def _gather(
+        self, idx: torch.Tensor, extra: dict[str, torch.Tensor] | None = None
+    ) -> TensorDict:
+        """Rows ``idx`` (on the storing device) of every column, as a TensorDict on ``device``."""
+        out = {name: col.index_select(0, idx) for name, _, _, _, col in self._plan}
+        if extra:
+            out.update(extra)
+        if self._batch_device is not None:
+            out = {k: v.to(self._batch_device) for k, v in out.items()}
+        # TensorDict's checked constructor costs more than the gather itself; the
+        # entries are built here with a known batch size and device.
+        return TensorDict._new_unsafe(
+            out, batch_size=torch.Size([idx.shape[0]]), device=self.device
+        )
+
+    def _require_items(self) -> None:
+        if self._size == 0:
+            raise EmptyBufferError("the replay buffer is empty: add transitions before sampling")
+
+    def sample_batch(self, batch_size: int) -> TensorDict:
+        """Draw ``batch_size`` stored transitions at random, with replacement.
+
+        Uniform buffers draw every stored item with equal probability.
+        Prioritized buffers draw item i with probability ``p_i / sum p`` and add
+        two entries: ``index`` (int64 storage positions, for
+        :meth:`update_priorities`) and ``weight`` (float32 importance weights
+        ``(p_i / p_min) ** -beta``, at most 1).
+
+        Returns:
+            TensorDict of batch size ``[batch_size]`` on ``device``.
+
+        Raises:
+            EmptyBufferError: nothing is stored.
+            ValueError: ``batch_size`` is not a positive integer.
+
+        Cost: one random draw plus one ``index_select`` per column (uniform);
+        prioritized adds an O(batch log capacity) tree search.
+        """
+        n = _positive_int(batch_size, "batch_size")
+        with self._lock:
+            if self._size == 0:
+                self._require_items()
+            if self._prio is None:
+                idx = torch.randint(
+                    self._size, (n,), generator=self._gen, device=self.storing_device
+                )
+                return self._gather(idx)
+            slots, weights = self._prio.sample(n, self._np_rng)
+            idx = torch.from_numpy(slots).to(self.storing_device)
+            weight = torch.from_numpy(weights).to(self.storing_device)
+            return self._gather(idx, {"index": idx, "weight": weight})
+
+    def sample_random(self, batch_size: int) -> TensorDict:
+        """Alias of :meth:`sample_batch`."""
+        return self.sample_batch(batch_size)
+
+    def _checked_index(self, indices: Indices) -> torch.Tensor:
+        idx = as_index_array(indices)
+        if idx.size:
+            self._require_items()
+        check_stored(idx, self._size)
+        return torch.from_numpy(idx).to(self.storing_device)
+
+    def sample_by_index(self, indices: Indices) -> TensorDict:
+        """The transitions at storage positions ``indices`` (repeats allowed), in that order.
+
+        Positions are ``0..size-1``; once the ring has wrapped, position
+        ``pointer`` holds the oldest item.
+
+        Raises:
+            EmptyBufferError: nothing is stored.
+            BufferIndexError: an index is negative or ``>= size`` (named in the message).
+        """
+        with self._lock:
+            self._require_items()
+            return self._gather(self._checked_index(indices))
+
+    def sample_by_index_fields(
+        self, indices: Indices, fields: Sequence[str] | str
+    ) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Some fields of the transitions at ``indices``.
+
+        Returns:
+            A tensor when ``fields`` names one field (a string or a one-element
+            list); a tuple of tensors in the order of ``fields`` otherwise. Each
+            has shape ``[len(indices), *item_shape]`` and lives on ``device``.
+
+        Raises:
+            SchemaError: a field is not a key of the buffer.
+            EmptyBufferError, BufferIndexError: as :meth:`sample_by_index`.
+        """
+        names = [fields] if isinstance(fields, str) else list(fields)
+        with self._lock:
+            self._require_items()
+            assert self._storage is not None and self._fields is not None
+            for name in names:
+                if name not in self._fields:
+                    known = ", ".join(map(repr, self._fields))
+                    raise SchemaError(f"unknown field {name!r}; the buffer stores {known}")
+            idx = self._checked_index(indices)
+            out = tuple(
+                self._storage.columns[name].index_select(0, idx).to(self.device) for name in names
+            )
+        return out[0] if len(out) == 1 else out
+
+    def sample_all(self, *, chronological: bool = False) -> TensorDict:
+        """Every stored transition: storage positions ``0..size-1`` (a copy).
+
+        Args:
+            chronological: order oldest to newest instead (differs from storage
+                order once the ring has wrapped).
+
+        Raises:
+            EmptyBufferError: nothing is stored.
+        """
+        with self._lock:
+            self._require_items()
+            return self._gather(self._all_positions(chronological))
+
+    def _all_positions(self, chronological: bool) -> torch.Tensor:
+        idx = torch.arange(self._size, device=self.storing_device)
+        if chronological and self._size == self._capacity:
+            idx = (idx + self._ptr) % self._capacity
+        return idx
+
+    # ----------------------------------------------------------- prioritized
+
+    def update_priorities(self, indices: Indices, priorities: Any) -> None:
+        """Set the priorities of stored items (e.g. to their absolute TD errors).
+
+        The stored priority is ``(|p| + eps) ** alpha``; the running maximum
+        (given to new items) grows accordingly. Repeated indices: the last wins.
+        Validation happens before anything changes.
+
+        Args:
+            indices: storage positions, e.g. a sample's ``index`` entry.
+            priorities: one finite, non-negative value per index.
+
+        Raises:
+            PriorityError: a uniform buffer, lengths differ, or a NaN, infinite
+                or negative priority (the message names the index).
+            BufferIndexError: an index is not a stored position.
+
+        Note: an item overwritten between sampling and the update gets the
+        priority meant for its predecessor (as in every ring-buffer PER).
+        """
+        with self._lock:
+            if self._prio is None:
+                raise PriorityError(
+                    "update_priorities needs a buffer created with sampler='prioritized'"
+                )
+            idx, stored = self._prio.check_update(indices, priorities, self._size)
+            self._prio.update(idx, stored)
+
+    def priorities(self) -> np.ndarray:
+        """Stored priorities ``(|p| + eps) ** alpha`` of positions ``0..size-1`` (a copy)."""
+        with self._lock:
+            if self._prio is None:
+                raise PriorityError("a uniform buffer has no priorities")
+            return self._prio.values(self._size)
+
+    # ---------------------------------------------------------------- epochs
+
+    def create_epoch_iterator(
+        self, batch_size: int, n_epochs: int = 1, shuffle: bool = True, drop_last: bool = False
+    ) -> Iterator[TensorDict]:
+        """An iterator of batches that visits every stored item once per epoch.
+
+        Each epoch draws a fresh seeded permutation of the items stored at its
+        start (``shuffle=False``: positions ``0..size-1`` in order, as ObjectRL).
+        The iterator also becomes the buffer's current one, which
+        :meth:`get_next_batch` draws from. Prioritized buffers add ``index`` and
+        ``weight`` (all 1) entries so training code can treat both alike.
+
+        Args:
+            batch_size: items per batch; the last batch of an epoch may be
+                smaller unless ``drop_last``.
+            n_epochs: number of passes, >= 1.
+            shuffle: permute items each epoch.
+            drop_last: skip each epoch's last partial batch.
+
+        Raises:
+            EmptyBufferError: nothing is stored.
+        """
+        bs = _positive_int(batch_size, "batch_size")
+        epochs = _positive_int(n_epochs, "n_epochs")
+        with self._lock:
+            self._require_items()
+            iterator = self._epochs(bs, epochs, bool(shuffle), bool(drop_last))
+            self._iterator = iterator
+        return iterator
+
+    def _epochs(
+        self, batch_size: int, n_epochs: int, shuffle: bool, drop_last: bool
+    ) -> Iterator[TensorDict]:
+        for _ in range(n_epochs):
+            with self._lock:
+                size = self._size
+                if shuffle:
+                    order = torch.randperm(size, generator=self._gen, device=self.storing_device)
+                else:
+                    order = torch.arange(size, device=self.storing_device)
+            stop = size - size % batch_size if drop_last else size
+            for start in range(0, stop, batch_size):
+                idx = order[start : start + batch_size]
+                with self._lock:
+                    extra = None
+                    if self._prio is not None:
+                        ones = torch.ones(
+                            idx.shape[0], dtype=torch.float32, device=self.storing_device
+                        )
+                        extra = {"index": idx, "weight": ones}
+                    batch = self._gather(idx, extra)
+                yield batch
+
+    def get_next_batch(self, batch_size: int) -> TensorDict:
+        """The next batch of the current epoch iterator, or a random batch.
+
+        Falls back to :meth:`sample_batch` when there is no current iterator
+        (none created, or ``get_steps_and_iterator(n_epochs=0, ...)``) and when
+        the current one is exhausted (it is then dropped).
+
+        Args:
+            batch_size: size of the random batch when falling back (the
+                iterator's batches keep the size it was created with).
+        """
+        iterator = self._iterator
+        if iterator is not None:
+            try:
+                return next(iterator)
+            except StopIteration:
+                with self._lock:
+                    if self._iterator is iterator:
+                        self._iterator = None
+        return self.sample_batch(batch_size)
+
+    def calculate_num_batches(self, batch_size: int) -> int:
+        """Full batches in the current contents: ``size // batch_size``."""
+        return self._size // _positive_int(batch_size, "batch_size")
+
+    def get_steps_and_iterator(
+        self, n_epochs: int, max_iter: int, batch_size: int, *, shuffle: bool = True
+    ) -> int:
+        """Number of training steps, preparing the internal iterator.
+
+        ``n_epochs > 0``: an internal iterator over ``n_epochs`` epochs of full
+        batches (the last partial batch of each epoch is dropped, a different one
+        each epoch when shuffling) and ``n_epochs * size // batch_size`` steps, so
+        ``get_next_batch`` is called exactly as often as the iterator has batches.
+        ``n_epochs == 0``: no iterator, ``max_iter`` steps, and ``get_next_batch``
+        samples at random.
+
+        Raises:
+            ValueError: negative ``n_epochs`` or ``max_iter``, or a bad batch size.
+        """
+        if int(n_epochs) != n_epochs or n_epochs < 0:
+            raise ValueError(f"n_epochs must be an integer >= 0, got {n_epochs!r}")
+        if int(max_iter) != max_iter or max_iter < 0:
+            raise ValueError(f"max_iter must be an integer >= 0, got {max_iter!r}")
+        bs = _positive_int(batch_size, "batch_size")
+        with self._lock:
+            if n_epochs == 0:
+                self._iterator = None
+                return int(max_iter)
+            steps = int(n_epochs) * self.calculate_num_batches(bs)
+            if steps == 0:
+                self._iterator = None
+                return 0
+            self.create_epoch_iterator(bs, int(n_epochs), shuffle=shuffle, drop_last=True)
+            return steps
+
+    # ------------------------------------------------------------ checkpoints
+
+    def _snapshot(self) -> Snapshot:
+        assert self._storage is not None
+        sampler: dict[str, Any] = {"kind": self._sampler}
+        priorities = None
+        if self._prio is not None:
+            sampler.update(
+                alpha=self._alpha,
+                beta=self._beta,
+                eps=self._eps,
+                max_priority=self._prio.max_priority,
+            )
+            priorities = self._prio.values(self._size)
+        state = self._np_rng.bit_generator.state
+        return Snapshot(
+            capacity=self._capacity,
+            size=self._size,
+            pointer=self._ptr,
+            fields=list(self._storage.fields),
+            columns={k: c[: self._size] for k, c in self._storage.columns.items()},
+            sampler=sampler,
+            priorities=priorities,
+            torch_rng=bytes(self._gen.get_state().numpy().tobytes()),
+            numpy_rng=state,
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Checkpoint the whole buffer: contents, schema, pointer, priorities, RNG state.
+
+        Writes ``<path>.metadata`` (JSON with ObjectRL's ``buffer_size``,
+        ``data_size``, ``pointer`` and everything needed to restore) and a data
+        directory ``<path>.data-<id>/`` of raw column files; no pickle. Atomic: a
+        save killed at any point leaves the previous checkpoint loadable. Parent
+        directories are created. Holds the buffer's lock while writing.
+
+        Raises:
+            EmptyBufferError: nothing was ever added (there is no schema to save).
+            OSError: the files cannot be written (the previous checkpoint stays).
+
+        Cost: writes every stored byte once, with one fsync per file.
+        """
+        with self._lock:
+            if self._storage is None:
+                raise EmptyBufferError("nothing to save: the buffer has no schema yet")
+            write_checkpoint(path, self._snapshot())
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Replace the buffer's contents and state with the checkpoint ``path``.
+
+        Restores the items, schema, pointer, priorities, ``beta`` and both random
+        generators, so the next samples equal those the saved buffer would have
+        drawn. The checkpoint is verified (sizes, CRC-32) before the buffer
+        changes. Loading a uniform checkpoint into a prioritized buffer gives
+        every item priority 1; a prioritized checkpoint into a uniform buffer
+        ignores its priorities. The current epoch iterator is dropped.
+
+        Raises:
+            CheckpointError: no checkpoint, an ObjectRL metadata-only file, a
+                corrupt part, a different ``buffer_size`` (``reset(buffer_size=N)``
+                first), or different ``alpha``/``eps`` for prioritized buffers.
+        """
+        snap = read_checkpoint(path)
+        if snap.capacity != self._capacity:
+            raise CheckpointError(
+                f"checkpoint {path} has buffer_size {snap.capacity} but this buffer has "
+                f"{self._capacity}; call reset(buffer_size={snap.capacity}) before load"
+            )
+        if self._prio is not None and snap.sampler.get("kind") == "prioritized":
+            for name, mine in (("alpha", self._alpha), ("eps", self._eps)):
+                if float(snap.sampler[name]) != mine:
+                    raise CheckpointError(
+                        f"checkpoint {path} was saved with {name}={snap.sampler[name]}, "
+                        f"this buffer uses {name}={mine}"
+                    )
+        torch_state = torch.frombuffer(bytearray(snap.torch_rng), dtype=torch.uint8)
+        probe = torch.Generator(device=self.storing_device)
+        try:
+            probe.set_state(torch_state)
+            bitgen = np.random.PCG64()
+            bitgen.state = snap.numpy_rng
+        except (RuntimeError, TypeError, ValueError, KeyError) as exc:
+            raise CheckpointError(f"checkpoint {path} has an unusable RNG state: {exc}") from exc
+        with self._lock:
+            if self._kind == "memmap":
+                storage: TensorStorage | MemmapStorage = MemmapStorage(
+                    self._memmap_dir(), snap.fields, self._capacity
+                )
+            else:
+                storage = TensorStorage(snap.fields, self._capacity, self.storing_device)
+            for name, data in snap.columns.items():
+                storage.columns[name][: snap.size].copy_(data)
+            self._install(storage)
+            self._size, self._ptr = snap.size, snap.pointer
+            self._iterator = None
+            self._gen.set_state(torch_state)
+            self._np_rng = np.random.Generator(bitgen)
+            if self._prio is not None:
+                if snap.priorities is not None:
+                    self._beta = float(snap.sampler.get("beta", self._beta))
+                    self._prio.beta = self._beta
+                    self._prio.restore(snap.priorities, float(snap.sampler["max_priority"]))
+                else:
+                    self._prio.restore(np.ones(snap.size), 1.0)
+            if isinstance(storage, MemmapStorage):
+                storage.flush(self._memmap_state())
+                storage.remove_other_generations()

@@ -1,0 +1,169 @@
+"""Proportional prioritized replay (Schaul et al., 2016) over a ring of stored items.
+
+Item i is drawn with probability ``P(i) = p_i / sum_j p_j`` where the stored
+priority is ``p_i = (|delta_i| + eps) ** alpha``. New items get the largest
+stored priority seen so far (1.0 before any update), so each is likely to be
+replayed at least once. The importance weight of a draw is
+``w_i = (N * P(i)) ** -beta / max_j (N * P(j)) ** -beta = (p_i / p_min) ** -beta``
+over the N stored items, so the largest weight is 1.
+
+Priorities live in :class:`replaystore.sampling.SumTree` (only its public API is
+used). Marking new items is deferred: positions are queued and written to the
+tree in one vectorised update before the next sample, update or snapshot. This
+is exact because the value they get (the running maximum) only changes in
+:meth:`PriorityIndex.update`, which applies the queue first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+
+from replaystore.errors import BufferIndexError, PriorityError
+from replaystore.sampling import SumTree
+
+__all__ = ["PriorityIndex", "as_index_array"]
+
+
+def as_index_array(indices: object) -> NDArray[np.int64]:
+    """``indices`` (list, range, tensor, ndarray, int) as a 1-D int64 array.
+
+    Raises:
+        BufferIndexError: the values are not integers.
+    """
+    if isinstance(indices, torch.Tensor):
+        arr = indices.detach().cpu().numpy()
+    elif isinstance(indices, range):
+        arr = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
+    else:
+        arr = np.asarray(indices)
+    if arr.dtype.kind not in "iu":
+        if arr.size == 0:
+            return np.empty(0, dtype=np.int64)
+        raise BufferIndexError(f"indices must be integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=False).reshape(-1)
+
+
+def check_stored(idx: NDArray[np.int64], size: int) -> None:
+    """Raise BufferIndexError naming the first index outside ``[0, size)``."""
+    if idx.size and (idx.min() < 0 or idx.max() >= size):
+        bad = int(idx[(idx < 0) | (idx >= size)][0])
+        raise BufferIndexError(
+            f"index {bad} is out of range: the buffer stores {size} items (valid: 0..{size - 1})"
+            if size
+            else f"index {bad} is out of range: the buffer is empty"
+        )
+
+
+class PriorityIndex:
+    """Priorities of the slots of a ring buffer, with proportional sampling.
+
+    Args:
+        capacity: number of slots.
+        alpha: priority exponent, >= 0 (0 is uniform).
+        beta: importance-sampling exponent, >= 0 (0 gives weights of 1).
+        eps: added to ``|priority|`` before the exponent, > 0, so no stored item
+            has probability 0.
+    """
+
+    def __init__(self, capacity: int, alpha: float, beta: float, eps: float) -> None:
+        for name, value in (("alpha", alpha), ("beta", beta)):
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+        if not (math.isfinite(eps) and eps > 0):
+            raise ValueError(f"eps must be finite and > 0, got {eps!r}")
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+        self.eps = float(eps)
+        self.capacity = capacity
+        self.tree = SumTree(capacity)
+        self.max_priority = 1.0
+        self._pending_ints: list[int] = []
+        self._pending_arrays: list[NDArray[np.int64]] = []
+
+    def mark_new(self, position: int) -> None:
+        """Queue one slot that received a new item (cheap; applied lazily)."""
+        self._pending_ints.append(position)
+
+    def mark_new_many(self, positions: NDArray[np.int64]) -> None:
+        """Queue slots that received new items."""
+        self._pending_arrays.append(positions)
+
+    def apply_pending(self) -> None:
+        """Give every queued slot the current maximum priority."""
+        if not (self._pending_ints or self._pending_arrays):
+            return
+        parts = self._pending_arrays
+        if self._pending_ints:
+            parts = [*parts, np.asarray(self._pending_ints, dtype=np.int64)]
+        idx = np.unique(np.concatenate(parts))
+        self.tree.update(idx, self.max_priority)
+        self._pending_ints = []
+        self._pending_arrays = []
+
+    def sample(
+        self, n: int, rng: np.random.Generator
+    ) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
+        """``n`` slots drawn with replacement with probability ``p_i / total``, and weights.
+
+        Cost: O(n log capacity) in a few vectorised NumPy calls.
+        """
+        self.apply_pending()
+        idx = self.tree.sample(n, rng)
+        p = self.tree[idx]
+        weights = (p / self.tree.min) ** -self.beta
+        return idx, weights.astype(np.float32)
+
+    def check_update(
+        self, indices: object, priorities: object, size: int
+    ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """Validate an update without changing anything; returns (slots, stored priorities).
+
+        Raises:
+            BufferIndexError: an index is not an integer in ``[0, size)``.
+            PriorityError: lengths differ, or a value is NaN, infinite or negative.
+        """
+        idx = as_index_array(indices)
+        if isinstance(priorities, torch.Tensor):
+            raw = priorities.detach().cpu().to(torch.float64).numpy().reshape(-1)
+        else:
+            try:
+                raw = np.asarray(priorities, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError) as exc:
+                raise PriorityError(f"priorities must be numbers: {exc}") from exc
+        if raw.shape != idx.shape:
+            raise PriorityError(f"got {idx.size} indices but {raw.size} priorities")
+        check_stored(idx, size)
+        bad = ~np.isfinite(raw)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise PriorityError(f"priority for index {int(idx[i])} is {raw[i]} (must be finite)")
+        if (raw < 0).any():
+            i = int(np.flatnonzero(raw < 0)[0])
+            raise PriorityError(f"priority for index {int(idx[i])} is {raw[i]} (must be >= 0)")
+        return idx, (raw + self.eps) ** self.alpha
+
+    def update(self, idx: NDArray[np.int64], stored: NDArray[np.float64]) -> None:
+        """Set already-validated stored priorities (see :meth:`check_update`)."""
+        self.apply_pending()
+        if idx.size == 0:
+            return
+        self.tree.update(idx, stored)
+        self.max_priority = max(self.max_priority, float(stored.max()))
+
+    def values(self, size: int) -> NDArray[np.float64]:
+        """Stored priorities of slots ``0..size-1`` (pending slots included)."""
+        self.apply_pending()
+        return self.tree[np.arange(size)]
+
+    def restore(self, values: NDArray[np.float64], max_priority: float) -> None:
+        """Replace all priorities: ``values`` for the first slots, 0 for the rest."""
+        self.tree = SumTree(self.capacity)
+        self._pending_ints = []
+        self._pending_arrays = []
+        if values.size:
+            self.tree.update(np.arange(values.size), values)
+        self.max_priority = float(max_priority)

@@ -1,0 +1,110 @@
+"""Property: the in-memory evaluator and the SQL compiler select the same rows."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replaystore.experience import DataRow, Experience, ExpMeta, InMemoryStorage, SqliteStorage
+
+_counter = itertools.count()
+TEXT = st.text(alphabet="abAB_%é0 ", max_size=4)
+NUMBER = st.one_of(
+    st.integers(-5, 5),
+    st.sampled_from([-1.5, -0.5, 0.0, 0.25, 1.0, 2.5, 1e300]),
+)
+SCALAR = st.one_of(TEXT, NUMBER, st.booleans())
+JSONV = st.recursive(
+    st.one_of(st.none(), SCALAR),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("xyz"), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+FIELDS = [
+    "id",
+    "exp_meta.task_id",
+    "exp_meta.task_name",
+    "exp_meta.agent_id",
+    "exp_meta.step",
+    "exp_meta.execute_time",
+    "exp_meta.pre_agent",
+    "exp_data.reward_t",
+    "exp_data.state",
+    "exp_data.state.x",
+    "exp_data.state.x.y",
+    "exp_data.state.y",
+    "exp_data.state.z.0",
+    "exp_data.actions.0",
+    "exp_data.messages",
+]
+
+
+@st.composite
+def rows(draw):
+    out = []
+    for i in range(draw(st.integers(0, 12))):
+        meta = ExpMeta(
+            task_id=draw(st.sampled_from(["t1", "t2", "t3", "a", "B"])),
+            task_name=draw(st.one_of(st.none(), TEXT)),
+            agent_id=draw(st.one_of(st.none(), st.sampled_from(["a", "b", "3", ""]))),
+            step=draw(st.integers(-3, 3)),
+            execute_time=draw(st.sampled_from([0.0, 1.5, 3.0, -2.0])),
+            pre_agent=draw(st.one_of(st.none(), TEXT)),
+        )
+        exp = Experience(
+            state=draw(JSONV),
+            actions=draw(JSONV),
+            reward_t=draw(st.one_of(st.none(), NUMBER)),
+            messages=draw(st.one_of(st.none(), st.lists(TEXT, max_size=2))),
+        )
+        out.append(DataRow(meta, exp, f"r{i}"))
+    return out
+
+
+@st.composite
+def leaves(draw):
+    field = draw(st.sampled_from(FIELDS))
+    op = draw(
+        st.sampled_from(
+            ["eq", "ne", "gt", "gte", "lt", "lte", "in", "not_in", "like", "not_like",
+             "is_null", "is_not_null"]
+        )
+    )
+    if op in ("is_null", "is_not_null"):
+        return {"field": field, "op": op}
+    if op in ("in", "not_in"):
+        return {"field": field, "op": op, "value": draw(st.lists(SCALAR, max_size=3))}
+    if op in ("like", "not_like"):
+        return {"field": field, "op": op, "value": draw(TEXT)}
+    if op in ("gt", "gte", "lt", "lte"):
+        return {"field": field, "op": op, "value": draw(st.one_of(TEXT, NUMBER))}
+    return {"field": field, "op": op, "value": draw(SCALAR)}
+
+
+CONDITIONS = st.recursive(
+    leaves(),
+    lambda inner: st.one_of(
+        st.builds(lambda xs: {"and_": xs}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda xs: {"or_": xs}, st.lists(inner, min_size=1, max_size=3)),
+    ),
+    max_leaves=5,
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=rows(), conditions=st.lists(CONDITIONS, min_size=1, max_size=4))
+def test_evaluator_and_sql_compiler_select_the_same_rows(tmp_path_factory, data, conditions):
+    path = tmp_path_factory.getbasetemp() / f"prop{next(_counter)}.sqlite"
+    sql_store = SqliteStorage(path)
+    mem_store = InMemoryStorage(None)
+    sql_store.add_batch(data)
+    mem_store.add_batch(data)
+    for cond in conditions:
+        expected = [r.id for r in mem_store.get_all(cond)]
+        assert [r.id for r in sql_store.get_all(cond)] == expected, cond
+        assert sql_store.size(cond) == len(expected)
+        assert sorted(sql_store.task_ids(cond)) == sorted(mem_store.task_ids(cond))
+    sql_store.close()
