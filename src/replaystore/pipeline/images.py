@@ -41,6 +41,7 @@ __all__ = [
     "image_to_file_url",
     "messages_to_data_urls",
     "messages_to_file_urls",
+    "read_image",
     "sniff_mime_type",
 ]
 
@@ -71,18 +72,32 @@ def sniff_mime_type(data: bytes) -> str | None:
     return None
 
 
-def _read_image(path: str | os.PathLike[str]) -> tuple[str, bytes]:
-    file = Path(path)
+def _read(file: Path, size: int = -1) -> bytes:
     try:
-        data = file.read_bytes()
+        with file.open("rb") as handle:
+            return handle.read(size)
     except FileNotFoundError:
         raise ImageError(f"image file not found: {file}") from None
     except OSError as exc:
         raise ImageError(f"cannot read image file {file}: {exc}") from exc
-    mime = sniff_mime_type(data[:_HEADER_BYTES])
+
+
+def _mime_of(file: Path, head: bytes) -> str:
+    mime = sniff_mime_type(head[:_HEADER_BYTES])
     if mime is None:
-        raise ImageError(f"{file} is not a PNG, JPEG, WebP or GIF image (starts with {data[:8]!r})")
-    return mime, data
+        raise ImageError(f"{file} is not a PNG, JPEG, WebP or GIF image (starts with {head[:8]!r})")
+    return mime
+
+
+def read_image(path: str | os.PathLike[str]) -> tuple[str, bytes]:
+    """The MIME type (from the magic bytes) and the bytes of an image file.
+
+    Raises:
+        ImageError: the file is missing, unreadable, or not a supported image type.
+    """
+    file = Path(path)
+    data = _read(file)
+    return _mime_of(file, data), data
 
 
 def image_mime_type(path: str | os.PathLike[str]) -> str:
@@ -94,17 +109,7 @@ def image_mime_type(path: str | os.PathLike[str]) -> str:
         ImageError: the file is missing, unreadable, or not a supported image type.
     """
     file = Path(path)
-    try:
-        with file.open("rb") as handle:
-            head = handle.read(_HEADER_BYTES)
-    except FileNotFoundError:
-        raise ImageError(f"image file not found: {file}") from None
-    except OSError as exc:
-        raise ImageError(f"cannot read image file {file}: {exc}") from exc
-    mime = sniff_mime_type(head)
-    if mime is None:
-        raise ImageError(f"{file} is not a PNG, JPEG, WebP or GIF image (starts with {head[:8]!r})")
-    return mime
+    return _mime_of(file, _read(file, _HEADER_BYTES))
 
 
 def image_to_data_url(path: str | os.PathLike[str]) -> str:
@@ -115,7 +120,7 @@ def image_to_data_url(path: str | os.PathLike[str]) -> str:
     Raises:
         ImageError: the file is missing, unreadable, or not a supported image type.
     """
-    mime, data = _read_image(path)
+    mime, data = read_image(path)
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 

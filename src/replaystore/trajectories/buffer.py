@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import numbers
+import operator
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -687,7 +688,7 @@ class ReplayBuffer(Dataset):
         """
         n = self._view.size
         try:
-            i = int(idx)
+            i = operator.index(idx)
         except TypeError:
             raise TypeError(f"buffer indices must be integers, got {type(idx).__name__}") from None
         if i < -n or i >= n:

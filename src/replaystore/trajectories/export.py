@@ -69,7 +69,7 @@ from replaystore.pipeline.images import (
     file_url_to_path,
     image_mime_type,
     image_part_url,
-    sniff_mime_type,
+    read_image,
 )
 
 __all__ = [
@@ -185,12 +185,9 @@ class _ImageSink:
             if not self.copy_images:
                 image_mime_type(path)
                 return str(path.absolute())
-            data = path.read_bytes()
-        except (ImageError, OSError) as exc:
-            raise _RecordError(f"image {path}: {exc}") from None
-        mime = sniff_mime_type(data[:12])
-        if mime is None:
-            raise _RecordError(f"{path} is not a PNG, JPEG, WebP or GIF image")
+            mime, data = read_image(path)
+        except ImageError as exc:
+            raise _RecordError(str(exc)) from None
         return self._stored(mime, data)
 
     def _stored(self, mime: str, data: bytes) -> str:

@@ -210,7 +210,7 @@ def same_as_next_flags(
         raise ValueError(
             f"got {len(image_paths)} screenshots but {len(next_image_paths)} next screenshots"
         )
-    fp = fingerprinter or default_fingerprinter()
+    fp = fingerprinter if fingerprinter is not None else default_fingerprinter()
     prints = fp.fingerprints(list(image_paths) + list(next_image_paths))
     n = len(image_paths)
     return np.fromiter(

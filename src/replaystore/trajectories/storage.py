@@ -271,7 +271,7 @@ class TrajectoryStorage:
         # Fill in missing same-as-next flags from the pixels (never for the last step).
         todo = [s for s in range(n - 1) if steps[s].get(SAME_KEY) is None]
         if todo:
-            fp = self._fingerprinter or default_fingerprinter()
+            fp = self._fingerprinter if self._fingerprinter is not None else default_fingerprinter()
             flags = same_as_next_flags(
                 [steps[s]["observation"]["image_path"] for s in todo],
                 [steps[s + 1]["observation"]["image_path"] for s in todo],

@@ -233,9 +233,11 @@ class SqliteStorage(Storage):
         ]
         with self._write() as conn:
             before = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'rows'").fetchone()
+            conn.execute("SAVEPOINT batch")
             try:
                 conn.executemany(_INSERT, params)
             except sqlite3.IntegrityError as exc:
+                conn.execute("ROLLBACK TO batch")
                 raise SchemaError(f"{self._duplicate(conn, encoded)}; batch not stored") from exc
             first = (before[0] if before else 0) + 1
             # Task bookkeeping: one row per task (first seq, count) for FIFO eviction.
