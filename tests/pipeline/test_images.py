@@ -19,6 +19,7 @@ from replaystore.pipeline.images import (
     image_to_file_url,
     messages_to_data_urls,
     messages_to_file_urls,
+    read_image,
 )
 
 
@@ -46,6 +47,11 @@ def test_mime_type_comes_from_magic_bytes_not_extension(tmp_path, fmt, mime):
     path = draw(tmp_path / "shot.bin", fmt)
     assert image_mime_type(path) == mime
     assert image_to_data_url(path).startswith(f"data:{mime};base64,")
+
+
+def test_read_image_returns_type_and_bytes(tmp_path):
+    path = draw(tmp_path / "shot", "JPEG")
+    assert read_image(path) == ("image/jpeg", path.read_bytes())
 
 
 def test_png_named_jpg_is_labelled_png(tmp_path):

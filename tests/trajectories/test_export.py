@@ -267,6 +267,8 @@ def test_bad_samples_are_listed_and_nothing_is_written(tmp_path, samples, multit
     samples[5]["message"].append({"role": "assistant", "content": "dangling"})
     samples[6]["message"][1]["role"] = "tool"
     samples[7]["action"] = "   "
+    part = samples[0]["message"][1]["content"][1]["image_url"]  # decoded before the failures
+    part["url"] = image_to_data_url(Path(part["url"].removeprefix("file://")))
     with pytest.raises(ExportError) as caught:
         export_llamafactory(samples, tmp_path / "ds")
     message = str(caught.value)

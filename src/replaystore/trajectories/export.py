@@ -37,24 +37,26 @@ counted; a reader (or model) sees the same token it would on an HTML page.
 The only ``<image>`` strings in an exported record are the placeholders we put
 there.
 
-Checks before anything is written (for every record): roles alternate
+Checks on every record before any record file is written: roles alternate
 user/assistant starting with user and ending with assistant, no empty
 assistant turn, no image outside user turns, ``<image>`` count == number of
 images, no ``<video>``/``<audio>`` left, every image file exists and is an
 image. Failing samples are never dropped silently: with ``on_error="raise"``
 (default) :class:`~replaystore.errors.ExportError` lists every failing sample
-(index and reason) and nothing is written; with ``on_error="skip"`` they are
+(index and reason) and nothing is left behind (images decoded on the way are
+removed again); with ``on_error="skip"`` they are
 left out, logged, and listed in :attr:`ExportReport.rejected`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -154,11 +156,17 @@ class _RecordError(Exception):
 
 @dataclass(slots=True)
 class _ImageSink:
-    """Resolves image URLs to the paths written in records; defers file writes."""
+    """Resolves image URLs to the paths written in records.
+
+    Images that must be stored in ``out_dir/images`` (decoded data URLs, or
+    copies) are written as they are met, so memory stays bounded by one image;
+    :meth:`discard` removes the files and directories this export created.
+    """
 
     out_dir: Path
     copy_images: bool
-    pending: dict[Path, bytes] = field(default_factory=dict)
+    written: list[Path] = field(default_factory=list)
+    created_dirs: list[Path] = field(default_factory=list)
     resolved: dict[str, str] = field(default_factory=dict)
 
     def resolve(self, url: str) -> str:
@@ -192,10 +200,24 @@ class _ImageSink:
 
     def _stored(self, mime: str, data: bytes) -> str:
         name = f"{hashlib.sha256(data).hexdigest()[:32]}{EXTENSIONS[mime]}"
-        target = self.out_dir / IMAGES_DIR / name
+        directory = self.out_dir / IMAGES_DIR
+        target = directory / name
         if not target.is_file():
-            self.pending[target] = data
+            missing = [d for d in (directory, *directory.parents) if not d.exists()]
+            for d in reversed(missing):
+                d.mkdir(exist_ok=True)
+                self.created_dirs.append(d)
+            atomic_write_bytes(target, data)
+            self.written.append(target)
         return f"{IMAGES_DIR}/{name}" if self.copy_images else str(target)
+
+    def discard(self) -> None:
+        """Remove the images (and then-empty directories) this export created."""
+        for path in self.written:
+            path.unlink(missing_ok=True)
+        for directory in reversed(self.created_dirs):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
 
 
 def _content_text(content: Any, where: str, images: list[str], sink: _ImageSink | None) -> str:
@@ -293,12 +315,6 @@ def validate_record(
     paths resolved against ``base_dir``, as LLaMA-Factory's ``media_dir``).
     """
     _check_format(fmt)
-    return _record_problems(record, fmt, Path(base_dir), Path.is_file)
-
-
-def _record_problems(
-    record: Mapping[str, Any], fmt: Format, base_dir: Path, exists: Callable[[Path], bool]
-) -> list[str]:
     if fmt == "sharegpt":
         key, role_key, content_key = "conversations", "from", "value"
     else:
@@ -337,8 +353,8 @@ def _record_problems(
         if any(token in text for text in texts):
             problems.append(f"unescaped {token} with no videos/audios")
     for image in images:
-        path = Path(image) if os.path.isabs(image) else base_dir / image
-        if not exists(path):
+        path = Path(base_dir, image)  # an absolute image path replaces base_dir
+        if not path.is_file():
             problems.append(f"image file not found: {path}")
     return problems
 
@@ -350,10 +366,10 @@ def sample_to_record(
     out_dir: str | os.PathLike[str] = ".",
     copy_images: bool = False,
 ) -> dict[str, Any]:
-    """The record for one sample (without writing anything; see the module docstring).
+    """The record for one sample (shapes in the module docstring), not validated.
 
-    Image paths for data URLs (and copied images) point into ``out_dir/images``;
-    the files are not written, so the result validates only after an export.
+    Images from data URLs (and, with ``copy_images``, all images) are written
+    to ``out_dir/images`` (content-addressed), as an export would.
 
     Raises:
         ExportError: the sample cannot be converted (the reason is named).
@@ -409,6 +425,26 @@ def _write_records(path: Path, records: Sequence[Mapping[str, Any]], file_format
         else:
             json.dump(list(records), handle, ensure_ascii=False, indent=1)
             handle.write("\n")
+
+
+def _convert_all(
+    samples: Sequence[Mapping[str, Any]], fmt: Format, sink: _ImageSink
+) -> tuple[list[dict[str, Any]], list[RejectedSample]]:
+    """Records of the good samples, and the bad ones with their reasons."""
+    records: list[dict[str, Any]] = []
+    rejected: list[RejectedSample] = []
+    for index, sample in enumerate(samples):
+        try:
+            record = _to_record(sample, fmt, sink)
+        except _RecordError as exc:
+            rejected.append(RejectedSample(index, str(exc)))
+            continue
+        problems = validate_record(record, fmt, sink.out_dir)
+        if problems:
+            rejected.append(RejectedSample(index, "; ".join(problems)))
+        else:
+            records.append(record)
+    return records, rejected
 
 
 def export_llamafactory(
@@ -471,32 +507,22 @@ def export_llamafactory(
     info = _read_dataset_info(info_path)
 
     sink = _ImageSink(root, copy_images)
-    records: list[dict[str, Any]] = []
-    rejected: list[RejectedSample] = []
-    for index, sample in enumerate(samples):
-        try:
-            record = _to_record(sample, format, sink)
-        except _RecordError as exc:
-            rejected.append(RejectedSample(index, str(exc)))
-            continue
-        problems = _record_problems(
-            record, format, root, lambda p: p in sink.pending or p.is_file()
-        )
-        if problems:
-            rejected.append(RejectedSample(index, "; ".join(problems)))
-            continue
-        records.append(record)
-    if rejected and on_error == "raise":
-        listed = "\n".join(f"  sample {r.index}: {r.reason}" for r in rejected[:20])
-        more = f"\n  ... and {len(rejected) - 20} more" if len(rejected) > 20 else ""
-        raise ExportError(
-            f"{len(rejected)} of {len(samples)} samples cannot be exported; nothing was written:\n"
-            f"{listed}{more}"
-        )
+    try:
+        records, rejected = _convert_all(samples, format, sink)
+        if rejected and on_error == "raise":
+            listed = "\n".join(f"  sample {r.index}: {r.reason}" for r in rejected[:20])
+            more = f"\n  ... and {len(rejected) - 20} more" if len(rejected) > 20 else ""
+            raise ExportError(
+                f"{len(rejected)} of {len(samples)} samples cannot be exported; "
+                f"nothing was written:\n{listed}{more}"
+            )
+        if not records:
+            raise ExportError(f"no exportable samples (got {len(samples)}); nothing was written")
+    except BaseException:
+        sink.discard()
+        raise
     for r in rejected:
         logger.warning("sample %d left out of the export: %s", r.index, r.reason)
-    if not records:
-        raise ExportError(f"no exportable samples (got {len(samples)}); nothing was written")
 
     order = np.arange(len(records))
     if shuffle:
@@ -508,10 +534,6 @@ def export_llamafactory(
     train = [records[i] for i in order[n_val:]]
 
     root.mkdir(parents=True, exist_ok=True)
-    if sink.pending:
-        (root / IMAGES_DIR).mkdir(exist_ok=True)
-    for target, data in sink.pending.items():
-        atomic_write_bytes(target, data)
     train_file = root / f"{dataset_name}.{file_format}"
     _write_records(train_file, train, file_format)
     info[dataset_name] = dataset_info_entry(train_file.name, format)
@@ -532,7 +554,7 @@ def export_llamafactory(
         num_train=len(train),
         num_val=len(val),
         num_image_refs=sum(len(r["images"]) for r in records),
-        images_written=len(sink.pending),
+        images_written=len(sink.written),
         rejected=rejected,
     )
     logger.info(
