@@ -4,6 +4,8 @@ The extension is ``optional``: without a C compiler the install still succeeds a
 ``replaystore.sampling.SumTree`` uses its NumPy fallback.
 """
 
+import sys
+
 from setuptools import Extension, setup
 
 setup(
@@ -11,7 +13,7 @@ setup(
         Extension(
             "replaystore._sumtree",
             sources=["src/replaystore/_sumtree.c"],
-            extra_compile_args=["-O3"],
+            extra_compile_args=[] if sys.platform == "win32" else ["-O3"],
             optional=True,
         )
     ]

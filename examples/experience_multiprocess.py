@@ -51,8 +51,7 @@ def main() -> None:
     replay_buffer = ReplayBuffer(storage=SqliteStorage(path), seed=0)
 
     processes = [
-        multiprocessing.Process(target=write_processing, args=(path, f"task_{i}"))
-        for i in range(4)
+        multiprocessing.Process(target=write_processing, args=(path, f"task_{i}")) for i in range(4)
     ]
     for p in processes:
         p.start()
@@ -83,7 +82,10 @@ def main() -> None:
         .like("exp_meta.task_id", "task_1_")
         .and_()
         .nested(
-            QueryBuilder().eq("exp_meta.agent_id", "agent_0").or_().eq("exp_meta.agent_id", "agent_1")
+            QueryBuilder()
+            .eq("exp_meta.agent_id", "agent_0")
+            .or_()
+            .eq("exp_meta.agent_id", "agent_1")
         )
         .build()
     )

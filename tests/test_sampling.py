@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from replaystore.sampling import recency_weights, weighted_sample_without_replacement
+from replaystore.sampling import AliasTable, recency_weights, weighted_sample_without_replacement
 
 
 def test_recency_weights_oldest_first() -> None:
@@ -67,3 +67,107 @@ def test_without_replacement_is_seeded() -> None:
     a = weighted_sample_without_replacement(w, 100, rng=7)
     b = weighted_sample_without_replacement(w, 100, rng=7)
     np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------ AliasTable (prepared weights)
+
+
+def _implied_probabilities(table: AliasTable) -> np.ndarray:
+    """What a table draws, exactly: own-bucket mass plus the mass aliased to each item."""
+    implied = table.probability.copy()
+    np.add.at(implied, table.alias, 1.0 - table.probability)
+    return implied / table.n
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        np.array([1.0, 2.0, 3.0, 4.0, 10.0]),
+        np.array([1.0, 1.0, 0.0, 0.0, 1.0]),  # p = 1 items and zeros
+        np.array([7.0]),
+        np.array([100.0] + [1.0] * 11),  # one dominant item feeds every bucket
+        np.random.default_rng(3).random(1000) ** 4,
+        recency_weights(10_000, 2.0),
+        recency_weights(10_000, -0.5),
+    ],
+)
+def test_alias_table_encodes_the_weights_exactly(weights: np.ndarray) -> None:
+    table = AliasTable(weights)
+    np.testing.assert_allclose(
+        _implied_probabilities(table), weights / weights.sum(), rtol=1e-9, atol=1e-15
+    )
+    assert ((table.probability >= 0) & (table.probability <= 1)).all()
+    assert (table.probability[weights == 0] == 0).all()
+
+
+def test_alias_table_draws_follow_the_weights() -> None:
+    w = np.random.default_rng(1).random(40) + 0.05
+    draws = AliasTable(w).draw(400_000, rng=2)
+    _, p_value = stats.chisquare(np.bincount(draws, minlength=40), w / w.sum() * draws.size)
+    assert p_value > 1e-3
+
+
+def test_alias_table_rejects_bad_weights() -> None:
+    for bad, message in [([], "at least one"), ([1.0, np.inf], "finite"), ([-1.0], ">= 0"),
+                         ([0.0, 0.0], "positive sum")]:  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            AliasTable(bad)
+
+
+def test_prepared_table_matches_successive_sampling() -> None:
+    w = np.array([1.0, 2.0, 3.0, 4.0, 10.0, 0.5, 6.0, 2.5])
+    table = AliasTable(w)
+    k, trials = 2, 30_000
+    expected = _successive_inclusion_probabilities(w, k)
+    rng = np.random.default_rng(11)
+    counts = np.zeros(w.size)
+    firsts = np.zeros(w.size)
+    for _ in range(trials):
+        pick = weighted_sample_without_replacement(table, k, rng, method="rejection")
+        assert pick[0] != pick[1]
+        counts[pick] += 1
+        firsts[pick[0]] += 1
+    _, p_incl = stats.chisquare(counts, expected * trials)
+    _, p_first = stats.chisquare(firsts, w / w.sum() * trials)
+    assert p_incl > 1e-3
+    assert p_first > 1e-3
+
+
+def test_prepared_table_large_draw_matches_numpy_choice() -> None:
+    # 100 of 2,000 at power 2: inclusion per decile against numpy's own sampler.
+    n, k, trials = 2000, 100, 300
+    w = recency_weights(n, 2.0)
+    table = AliasTable(w)
+    rng = np.random.default_rng(4)
+    ours = np.zeros(10)
+    numpy = np.zeros(10)
+    for _ in range(trials):
+        ours += np.bincount(weighted_sample_without_replacement(table, k, rng) // 200, minlength=10)
+        numpy += np.bincount(rng.choice(n, k, replace=False, p=w / w.sum()) // 200, minlength=10)
+    _, p_value, _, _ = stats.chi2_contingency(np.vstack([ours, numpy]))
+    assert p_value > 1e-3
+
+
+def test_prepared_table_finishes_a_stalled_stream_and_checks_k() -> None:
+    # Nearly all mass on one item: the with-replacement stream stalls after it is
+    # taken; the remainder still comes out distinct, from positive weights only.
+    w = np.array([1e12] + [1.0] * 99 + [0.0] * 20)
+    table = AliasTable(w)
+    pick = weighted_sample_without_replacement(table, 60, rng=0, method="rejection")
+    assert len(set(pick.tolist())) == 60
+    assert pick[0] == 0
+    assert pick.max() < 100
+    with pytest.raises(ValueError, match="only 100 have positive weight"):
+        weighted_sample_without_replacement(table, 101, rng=0)
+    with pytest.raises(ValueError, match="non-negative integer"):
+        weighted_sample_without_replacement(table, -1, rng=0)
+
+
+def test_prepared_table_is_seeded_and_reusable() -> None:
+    table = AliasTable(recency_weights(5000, 2.0))
+    a = weighted_sample_without_replacement(table, 500, rng=3)
+    b = weighted_sample_without_replacement(table, 500, rng=3)
+    c = weighted_sample_without_replacement(table, 500, rng=4)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert len(np.unique(a)) == 500

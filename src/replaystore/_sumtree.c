@@ -38,7 +38,7 @@ get_buffer(PyObject *obj, Py_buffer *view, int is_float, int writable)
         return -1;
     }
     const char *fmt = view->format ? view->format : "B";
-    if (fmt[0] == '@' || fmt[0] == '=' || fmt[0] == '<') {
+    if (fmt[0] == '@' || fmt[0] == '=') {
         fmt++;
     }
     int ok = view->itemsize == 8 &&
@@ -66,10 +66,12 @@ release_tree(tree_views *t)
     if (t->offsets.obj) PyBuffer_Release(&t->offsets);
 }
 
-/* Acquire the tree arrays and check that the offsets describe them. */
+/* Acquire the tree arrays and check that the offsets describe them: every
+ * level below the root holds whole rows of F children and has a parent level
+ * with a node per row, so every index computed from a valid slot is in bounds. */
 static int
-get_tree(PyObject *sums, PyObject *mins, PyObject *offsets, int need_mins, int writable,
-         tree_views *t)
+get_tree(PyObject *sums, PyObject *mins, PyObject *offsets, Py_ssize_t fanout, int need_mins,
+         int writable, tree_views *t)
 {
     memset(t, 0, sizeof(*t));
     if (get_buffer(sums, &t->sums, 1, writable) < 0) goto fail;
@@ -79,8 +81,14 @@ get_tree(PyObject *sums, PyObject *mins, PyObject *offsets, int need_mins, int w
     t->off = (const int64_t *)t->offsets.buf;
     t->depth = n_off - 2;
     Py_ssize_t n_nodes = t->sums.len / 8;
-    if (t->depth < 1 || t->depth > MAX_LEVELS || t->off[n_off - 1] != n_nodes ||
-        (need_mins && t->mins.len != t->sums.len)) {
+    int ok = fanout >= 2 && t->depth >= 1 && t->depth <= MAX_LEVELS && t->off[0] == 0 &&
+             t->off[n_off - 1] == n_nodes && t->off[n_off - 1] - t->off[n_off - 2] == 1 &&
+             (!need_mins || t->mins.len == t->sums.len);
+    for (Py_ssize_t l = 0; ok && l < t->depth; l++) {
+        int64_t size = t->off[l + 1] - t->off[l], parents = t->off[l + 2] - t->off[l + 1];
+        ok = size > 0 && size % fanout == 0 && size / fanout <= parents;
+    }
+    if (!ok) {
         PyErr_SetString(PyExc_ValueError, "_sumtree: offsets do not describe the tree arrays");
         goto fail;
     }
@@ -109,7 +117,7 @@ sumtree_update(PyObject *self, PyObject *args)
     Py_buffer vi = {0}, vp = {0};
     int64_t *touched = NULL;
     long status = ST_OK;
-    if (get_tree(o_sums, o_mins, o_off, 1, 1, &t) < 0) return NULL;
+    if (get_tree(o_sums, o_mins, o_off, fanout, 1, 1, &t) < 0) return NULL;
     if (get_buffer(o_idx, &vi, 0, 0) < 0) goto fail;
     if (get_buffer(o_pri, &vp, 1, 0) < 0) goto fail;
     Py_ssize_t n = vi.len / 8, n_pri = vp.len / 8;
@@ -213,7 +221,7 @@ sumtree_find(PyObject *self, PyObject *args)
     }
     tree_views t;
     Py_buffer vm = {0}, vo = {0};
-    if (get_tree(o_sums, NULL, o_off, 0, 0, &t) < 0) return NULL;
+    if (get_tree(o_sums, NULL, o_off, fanout, 0, 0, &t) < 0) return NULL;
     if (get_buffer(o_mass, &vm, 1, 1) < 0) goto fail;
     if (get_buffer(o_out, &vo, 0, 1) < 0) goto fail;
     if (vm.len != vo.len || fanout < 2) {

@@ -1,23 +1,87 @@
 """The ``replaystore`` command.
 
-User errors (a missing file, a bad option) are printed as one line on stderr
-with exit status 2; anything else is a bug and keeps its traceback.
+Subcommands:
+
+* ``demo``: run the end-to-end demo of every part of the library;
+* ``stats PATH``: summarise a trajectory storage directory, a SQLite experience
+  store, a transitions checkpoint or a memory-mapped transitions buffer;
+* ``export STORE --out DIR``: sample a trajectory storage and write a
+  LLaMA-Factory dataset (ShareGPT or OpenAI messages);
+* ``import-webgym FILE... --out DIR``: import WebGym ``.pt`` iteration files
+  safely (no pickle code runs) into a trajectory storage.
+
+User errors (a missing file, a bad option, a file that is not what it should
+be, an unsafe pickle) are printed as one line on stderr with exit status 2;
+anything else is a bug and keeps its traceback. Long work shows a progress bar
+on stderr when stderr is a terminal, and nothing otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import importlib
+import json
 import logging
+import math
+import sqlite3
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 from replaystore import __version__
 from replaystore.errors import ReplayStoreError
 
 __all__ = ["main"]
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+class _UsageError(Exception):
+    """A mistake in how the command was called: one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line on stderr (exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _progress(items: Iterable[Any], total: int, desc: str) -> Iterable[Any]:
+    """``items`` with a tqdm bar on stderr when it is a terminal (quiet otherwise)."""
+    from tqdm import tqdm
+
+    return tqdm(items, total=total, desc=desc, unit="sample", disable=not sys.stderr.isatty())
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def _table(
+    header: Sequence[str], rows: Sequence[Sequence[Any]], align: str, indent: str = "    "
+) -> list[str]:
+    """Text table lines; ``align`` has one ``l`` (left) or ``r`` (right) per column."""
+    cells = [list(map(str, header))] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = []
+    for row in cells:
+        padded = [
+            c.rjust(w) if a == "r" else c.ljust(w)
+            for c, w, a in zip(row, widths, align, strict=True)
+        ]
+        lines.append((indent + "  ".join(padded)).rstrip())
+    return lines
+
+
+# --------------------------------------------------------------------------- demo
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -31,25 +95,448 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     mode = "quick" if args.quick else "full"
     print(f"replaystore {__version__} demo ({mode}); outputs under {out.resolve()}")
+    done: list[tuple[str, float, Path]] = []
     for part in parts:
         module = importlib.import_module(f"replaystore.demos.{part}")
-        print(f"\n== {part} ==")
+        print(f"\n== {part} ==", flush=True)
         start = time.perf_counter()
         lines = module.run(out / part, quick=args.quick)
+        seconds = time.perf_counter() - start
         for line in lines:
             print(f"  {line}")
-        print(f"  ({time.perf_counter() - start:.1f} s)")
+        print(f"  ({seconds:.1f} s)", flush=True)
+        done.append((part, seconds, (out / part).resolve()))
+    print("\n== summary ==")
+    rows = [(p, f"{s:.1f}", d) for p, s, d in done]
+    for line in _table(("part", "seconds", "outputs"), rows, "lrl", indent="  "):
+        print(line)
+    print(f"  total {sum(s for _, s, _ in done):.1f} s")
     return 0
 
 
-class _UsageError(Exception):
-    """A mistake in how the command was called: one line, exit status 2."""
+# --------------------------------------------------------------------------- stats
+
+
+def _detect(path: Path) -> tuple[str, Path]:
+    """What ``path`` is: ``(kind, file or directory to read)``.
+
+    Raises:
+        _UsageError: ``path`` does not exist or is none of the known kinds.
+    """
+    from replaystore.trajectories.storage import TrajectoryStorage
+
+    if path.is_dir():
+        if TrajectoryStorage(path).files():
+            return "trajectory_storage", path
+        if (path / "buffer.json").is_file():
+            return "transitions_memmap", path
+        checkpoints = sorted(path.glob("*.metadata"))
+        if len(checkpoints) == 1:
+            return "transitions_checkpoint", checkpoints[0]
+        raise _UsageError(
+            f"{path} is a directory with no trajectory iteration files (iteration_*.jsonl), "
+            "no memory-mapped transitions buffer (buffer.json) and no single checkpoint "
+            "(*.metadata)"
+        )
+    if path.is_file():
+        with open(path, "rb") as handle:
+            head = handle.read(len(SQLITE_MAGIC))
+        if head == SQLITE_MAGIC:
+            return "sqlite_experience_store", path
+        if path.name.endswith(".metadata"):
+            return "transitions_checkpoint", path
+        raise _UsageError(
+            f"cannot tell what {path} is: expected a trajectory storage directory, a SQLite "
+            "experience store, a transitions checkpoint (<name>.metadata) or a memmap "
+            "buffer directory"
+        )
+    metadata = path.with_name(path.name + ".metadata")
+    if metadata.is_file():  # a checkpoint named by its prefix, as save()/load() take it
+        return "transitions_checkpoint", metadata
+    raise _UsageError(f"{path} does not exist")
+
+
+def _trajectory_stats(path: Path, success_threshold: float) -> dict[str, Any]:
+    from replaystore.trajectories.storage import TrajectoryStorage
+
+    stats = TrajectoryStorage(path).stats(success_threshold=success_threshold)
+    stats["root"] = str(path.resolve())
+    valid = stats["total_trajectories"] - stats["dummy_trajectories"]
+    stats["success_rate"] = stats["successful_trajectories"] / valid if valid else 0.0
+    stats["success_threshold"] = success_threshold
+    return stats
+
+
+def _print_trajectory_stats(s: dict[str, Any]) -> None:
+    its = [row["iteration"] for row in s["iterations"]]
+    print(f"trajectory storage: {s['root']}")
+    print(
+        f"  iterations: {s['total_iterations']} ({its[0]}-{its[-1]}), files: "
+        f"{s['total_files']}, size: {_human_bytes(s['total_size_bytes'])}"
+    )
+    print(
+        f"  trajectories: {s['total_trajectories']} ({s['dummy_trajectories']} dummy), "
+        f"successful: {s['successful_trajectories']} ({100 * s['success_rate']:.1f}% of "
+        f"non-dummy, final reward >= {s['success_threshold']:g})"
+    )
+    print(f"  steps: {s['total_steps']}")
+    rows = []
+    for row in s["iterations"]:
+        valid = row["trajectories"] - row["dummy_trajectories"]
+        rate = f"{100 * row['successful_trajectories'] / valid:.1f}%" if valid else "-"
+        rows.append(
+            (
+                row["iteration"],
+                row["files"],
+                row["trajectories"],
+                row["steps"],
+                row["successful_trajectories"],
+                rate,
+                row["dummy_trajectories"],
+                _human_bytes(row["size_bytes"]),
+            )
+        )
+    print("  per iteration:")
+    header = ("iteration", "files", "trajectories", "steps", "successful", "rate", "dummy", "size")
+    for line in _table(header, rows, "rrrrrrrr"):
+        print(line)
+
+
+def _sqlite_stats(path: Path) -> dict[str, Any]:
+    # Read-only on purpose: opening it with SqliteStorage would create its tables in
+    # any SQLite file and switch it to WAL mode; a summary must not modify the file.
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise _UsageError(f"cannot open SQLite file {path}: {exc}") from None
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        columns = (
+            {r[1] for r in conn.execute("PRAGMA table_info(rows)")} if "rows" in tables else set()
+        )
+        needed = {"task_id", "task_name", "agent_id", "step", "execute_time"}
+        if not needed <= columns:
+            raise _UsageError(
+                f"{path} is a SQLite database but not a replaystore experience store "
+                "(no 'rows' table with task_id, agent_id, step, execute_time)"
+            )
+        n_rows, n_tasks, n_names, min_step, max_step, t0, t1 = conn.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT task_id), COUNT(DISTINCT task_name), "
+            "MIN(step), MAX(step), MIN(execute_time), MAX(execute_time) FROM rows"
+        ).fetchone()
+        agents = [
+            {"agent_id": a, "rows": n, "tasks": t}
+            for a, n, t in conn.execute(
+                "SELECT agent_id, COUNT(*), COUNT(DISTINCT task_id) FROM rows "
+                "GROUP BY agent_id ORDER BY COUNT(*) DESC, agent_id"
+            )
+        ]
+    except sqlite3.DatabaseError as exc:
+        raise _UsageError(f"cannot read SQLite file {path}: {exc}") from None
+    finally:
+        conn.close()
+
+    def iso(t: Any) -> str | None:
+        if not isinstance(t, int | float) or not math.isfinite(t):
+            return None
+        return dt.datetime.fromtimestamp(t, tz=dt.UTC).isoformat(timespec="seconds")
+
+    return {
+        "path": str(path.resolve()),
+        "size_bytes": path.stat().st_size,
+        "rows": n_rows,
+        "tasks": n_tasks,
+        "task_names": n_names,
+        "agents": len(agents),
+        "steps": [min_step, max_step],
+        "execute_time": [iso(t0), iso(t1)],
+        "per_agent": agents,
+    }
+
+
+def _print_sqlite_stats(s: dict[str, Any]) -> None:
+    print(f"SQLite experience store: {s['path']} ({_human_bytes(s['size_bytes'])})")
+    print(
+        f"  rows: {s['rows']}, tasks: {s['tasks']}, task names: {s['task_names']}, "
+        f"agents: {s['agents']}"
+    )
+    if s["rows"]:
+        print(f"  steps: {s['steps'][0]}-{s['steps'][1]}")
+        print(f"  execute_time: {s['execute_time'][0]} .. {s['execute_time'][1]}")
+        print("  per agent:")
+        rows = [(a["agent_id"], a["rows"], a["tasks"]) for a in s["per_agent"]]
+        for line in _table(("agent_id", "rows", "tasks"), rows, "lrr"):
+            print(line)
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _UsageError(f"{path} is not valid JSON: {exc}") from None
+
+
+def _fields(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for f in meta.get("fields") or []:
+        out.append({"name": f.get("name"), "dtype": f.get("dtype"), "shape": f.get("shape")})
+    return out
+
+
+def _checkpoint_stats(meta_path: Path) -> dict[str, Any]:
+    from replaystore.transitions.checkpoint import CHECKPOINT_FORMAT
+
+    meta = _load_json(meta_path)
+    keys = {"buffer_size", "data_size", "pointer"}
+    if not isinstance(meta, dict) or not keys <= meta.keys():
+        raise _UsageError(
+            f"{meta_path} is not a transitions checkpoint (no buffer_size/data_size/pointer)"
+        )
+    out: dict[str, Any] = {
+        "path": str(meta_path.resolve()),
+        "format": meta.get("format", "objectrl-metadata-only"),
+        "buffer_size": meta["buffer_size"],
+        "data_size": meta["data_size"],
+        "pointer": meta["pointer"],
+    }
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        out["note"] = "metadata only (ObjectRL's format): no transitions are stored"
+        return out
+    sampler = dict(meta.get("sampler") or {})
+    sampler.pop("priorities", None)
+    data_dir = meta_path.parent / str(meta.get("data_dir"))
+    fields = meta.get("fields") or []
+    expected = [(data_dir / f["file"], f["nbytes"]) for f in fields]
+    if (meta.get("sampler") or {}).get("priorities"):
+        p = meta["sampler"]["priorities"]
+        expected.append((data_dir / p["file"], p["nbytes"]))
+    complete = all(f.is_file() and f.stat().st_size == n for f, n in expected)
+    out.update(
+        sampler=sampler,
+        fields=_fields(meta),
+        data_dir=str(data_dir.resolve()),
+        data_bytes=sum(n for _, n in expected),
+        data_files_complete=complete,
+    )
+    return out
+
+
+def _memmap_stats(directory: Path) -> dict[str, Any]:
+    meta = _load_json(directory / "buffer.json")
+    if not isinstance(meta, dict) or not {"capacity", "size", "pointer"} <= meta.keys():
+        raise _UsageError(f"{directory / 'buffer.json'} is not a memory-mapped transitions buffer")
+    files = [directory / f["file"] for f in meta.get("fields") or [] if "file" in f]
+    return {
+        "path": str(directory.resolve()),
+        "format": meta.get("format"),
+        "buffer_size": meta["capacity"],
+        "data_size": meta["size"],
+        "pointer": meta["pointer"],
+        "prioritized": "priorities" in meta,
+        "fields": _fields(meta),
+        "file_bytes": sum(f.stat().st_size for f in files if f.is_file()),
+    }
+
+
+def _print_transitions_stats(kind: str, s: dict[str, Any]) -> None:
+    title = "transitions checkpoint" if kind == "transitions_checkpoint" else "memmap buffer"
+    print(f"{title}: {s['path']} ({s['format']})")
+    print(
+        f"  buffer_size: {s['buffer_size']}, data_size: {s['data_size']}, pointer: {s['pointer']}"
+    )
+    if "note" in s:
+        print(f"  {s['note']}")
+        return
+    if "sampler" in s:
+        params = ", ".join(
+            f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in s["sampler"].items()
+            if k != "kind"
+        )
+        kind_name = s["sampler"].get("kind", "?")
+        print(f"  sampler: {kind_name}" + (f" ({params})" if params else ""))
+        state = (
+            "complete" if s["data_files_complete"] else "INCOMPLETE (files missing or truncated)"
+        )
+        print(f"  data: {s['data_dir']} ({_human_bytes(s['data_bytes'])}, {state})")
+    else:
+        print(f"  prioritized: {'yes' if s['prioritized'] else 'no'}")
+        print(f"  column files: {_human_bytes(s['file_bytes'])}")
+    fields = [
+        (f["name"], f["dtype"], "x".join(map(str, f["shape"])) or "scalar") for f in s["fields"]
+    ]
+    print("  fields:")
+    for line in _table(("name", "dtype", "shape"), fields, "lll"):
+        print(line)
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    kind, target = _detect(path)
+    if kind == "trajectory_storage":
+        summary = _trajectory_stats(target, args.success_threshold)
+    elif kind == "sqlite_experience_store":
+        summary = _sqlite_stats(target)
+    elif kind == "transitions_checkpoint":
+        summary = _checkpoint_stats(target)
+    else:
+        summary = _memmap_stats(target)
+    if args.json:
+        print(json.dumps({"kind": kind, **summary}, indent=2))
+    elif kind == "trajectory_storage":
+        _print_trajectory_stats(summary)
+    elif kind == "sqlite_experience_store":
+        _print_sqlite_stats(summary)
+    else:
+        _print_transitions_stats(kind, summary)
+    return 0
+
+
+# --------------------------------------------------------------------------- export
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from replaystore.sampling import recency_weights, weighted_sample_without_replacement
+    from replaystore.trajectories import TrajectoryBuffer, TrajectoryStorage
+    from replaystore.trajectories.context import ConversationBuilder
+    from replaystore.trajectories.export import export_llamafactory
+
+    store = Path(args.store)
+    if not store.is_dir():
+        raise _UsageError(f"{store} is not a directory (expected a trajectory storage)")
+    if not TrajectoryStorage(store).files():
+        raise _UsageError(f"{store} holds no trajectory iteration files (iteration_*.jsonl)")
+    buffer = TrajectoryBuffer.from_storage(
+        store,
+        last_n_iterations=args.last_n_iterations,
+        agent=ConversationBuilder(history_window=args.history_window),
+        filter_successful_only=not args.all,
+        filter_same_screenshot=not args.keep_same_screenshot,
+        seed=args.seed,
+    )
+    if not args.all:
+        chosen = buffer.get_training_samples(
+            args.num_samples, recency_bias_power=args.recency_bias_power, seed=args.seed
+        )
+        pool = buffer.num_eligible
+        items: Sequence[Any] = chosen
+        what = "training-eligible samples"
+    else:
+        # Every kept step, successful or not (e.g. for reward-aware training).
+        pool = len(buffer)
+        order = np.arange(pool)
+        k = pool if args.num_samples is None else min(args.num_samples, pool)
+        if k < pool:
+            gen = np.random.default_rng(args.seed)
+            if args.recency_bias_power == 1.0:
+                order = gen.choice(pool, size=k, replace=False)
+            else:
+                weights = recency_weights(pool, args.recency_bias_power)
+                order = weighted_sample_without_replacement(weights, k, gen)
+        items = [buffer[int(i)] for i in order]
+        what = "samples"
+    samples = list(_progress(items, len(items), "reading samples"))
+    report = export_llamafactory(
+        samples,
+        Path(args.out),
+        dataset_name=args.dataset_name,
+        format=args.format,
+        val_ratio=args.val_ratio,
+        seed=args.seed,
+        file_format=args.file_format,
+        copy_images=args.copy_images,
+        on_error=args.on_error,
+    )
+    stats = buffer.stats
+    print(
+        f"exported {report.num_train} train + {report.num_val} validation records "
+        f"({args.format}) from {len(samples)} of {pool} {what} "
+        f"({stats.samples} steps, {stats.trajectories} trajectories in {store})"
+    )
+    print(f"  records:      {report.train_file}")
+    if report.val_file is not None:
+        print(f"  validation:   {report.val_file}")
+    entries = [report.dataset_name] + ([f"{report.dataset_name}_val"] if report.val_file else [])
+    print(f"  dataset_info: {report.dataset_info_file} (entries: {', '.join(entries)})")
+    if args.copy_images or report.images_written:
+        where = f"{report.images_written} new files in {report.out_dir / 'images'}"
+    else:
+        where = "screenshots referenced by absolute path"
+    print(f"  images:       {report.num_image_refs} references ({where})")
+    if report.rejected:
+        print(f"  rejected:     {len(report.rejected)} samples (listed in the log)")
+    return 0
+
+
+# --------------------------------------------------------------------------- import-webgym
+
+
+def _cmd_import_webgym(args: argparse.Namespace) -> int:
+    from replaystore.trajectories.storage import TrajectoryStorage
+    from replaystore.trajectories.webgym_import import import_webgym
+
+    paths = [Path(p) for p in args.files]
+    for p in paths:
+        if not p.exists():
+            raise _UsageError(f"{p} does not exist")
+    if len(paths) > 1 and any(p.is_dir() for p in paths):
+        raise _UsageError("give either one directory or one or more files, not both")
+    storage = TrajectoryStorage(args.out, keep_page_metadata=args.keep_page_metadata)
+    done = import_webgym(paths[0] if len(paths) == 1 else paths, storage)
+    trajectories = sum(d.trajectories for d in done)
+    steps = sum(d.steps for d in done)
+    print(
+        f"imported {len(done)} file(s) into {storage.root.resolve()}: "
+        f"{trajectories} trajectories, {steps} steps"
+    )
+    for d in done:
+        print(
+            f"  {d.source} -> iteration {d.iteration} rank {d.rank}: "
+            f"{d.trajectories} trajectories, {d.steps} steps ({d.written.name})"
+        )
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _int_at_least(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    return value
+
+
+def _ratio(text: str) -> float:
+    value = _finite_float(text)
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="replaystore",
         description="Store and sample reinforcement-learning experience.",
+        epilog="Run 'replaystore COMMAND --help' for the options of a command.",
     )
     parser.add_argument("--version", action="version", version=f"replaystore {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -58,8 +545,8 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo",
         help="run the end-to-end demo of every part of the library",
-        description="Run every part of the library for real on embedded data (no network) "
-        "and print a summary with where the outputs are.",
+        description="Run every part of the library for real on generated or embedded data "
+        "(no network) and print a summary with where the outputs are.",
     )
     demo.add_argument(
         "--out", default="demo-output", help="output directory (default: %(default)s)"
@@ -69,7 +556,146 @@ def _parser() -> argparse.ArgumentParser:
         "--part", action="append", help="run only this part (repeatable); default: all"
     )
     demo.set_defaults(func=_cmd_demo)
+
+    stats = sub.add_parser(
+        "stats",
+        help="summarise a trajectory storage, SQLite experience store or transitions buffer",
+        description="Detect what PATH is and print a summary: a trajectory storage directory "
+        "(iterations, trajectories, steps, success rate), a SQLite experience store (rows, "
+        "tasks, agents), a transitions checkpoint (<name>.metadata, or <name> itself) or a "
+        "memory-mapped transitions buffer directory (buffer.json). Reads only; never "
+        "modifies PATH.",
+    )
+    stats.add_argument("path", metavar="PATH", help="what to summarise")
+    stats.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    stats.add_argument(
+        "--success-threshold",
+        type=_finite_float,
+        default=1.0,
+        help="trajectory storage: a trajectory is successful when its final reward is >= "
+        "this (default: %(default)s)",
+    )
+    stats.set_defaults(func=_cmd_stats)
+
+    export = sub.add_parser(
+        "export",
+        help="write a LLaMA-Factory dataset from a trajectory storage",
+        description="Open the trajectory storage STORE as a replay buffer, draw samples "
+        "(recency-biased when --num-samples is below what is available) and write a "
+        "LLaMA-Factory dataset in --out: the records, an optional validation split and "
+        "dataset_info.json. Steps without a stored prompt get one from the default "
+        "ConversationBuilder.",
+    )
+    export.add_argument("store", metavar="STORE", help="trajectory storage directory")
+    export.add_argument("--out", required=True, help="dataset directory (created if missing)")
+    export.add_argument(
+        "--format",
+        choices=("sharegpt", "openai"),
+        default="sharegpt",
+        help="record format (default: %(default)s)",
+    )
+    export.add_argument(
+        "--num-samples",
+        type=_int_at_least(0),
+        default=None,
+        help="how many samples (default: all available)",
+    )
+    export.add_argument(
+        "--recency-bias-power",
+        type=_finite_float,
+        default=1.0,
+        help="weight (rank+1)**P by recency; 1.0 draws uniformly (default: %(default)s)",
+    )
+    export.add_argument(
+        "--val-ratio",
+        type=_ratio,
+        default=0.0,
+        help="share of records for a validation split, in [0, 1) (default: %(default)s)",
+    )
+    export.add_argument(
+        "--seed", type=int, default=0, help="seed of sampling and shuffle (default: %(default)s)"
+    )
+    which = export.add_mutually_exclusive_group()
+    which.add_argument(
+        "--filter-successful-only",
+        dest="all",
+        action="store_false",
+        help="only training-eligible steps: successful trajectories, changed screenshots (default)",
+    )
+    which.add_argument(
+        "--all",
+        dest="all",
+        action="store_true",
+        help="every step, successful or not",
+    )
+    export.set_defaults(all=False)
+    export.add_argument(
+        "--keep-same-screenshot",
+        action="store_true",
+        help="keep steps whose screenshot equals the next one's (filtered by default)",
+    )
+    export.add_argument(
+        "--last-n-iterations",
+        type=_int_at_least(1),
+        default=None,
+        help="only the most recent N iterations (default: all)",
+    )
+    export.add_argument(
+        "--dataset-name",
+        default="replaystore",
+        help="entry name in dataset_info.json and file stem (default: %(default)s)",
+    )
+    export.add_argument(
+        "--file-format",
+        choices=("json", "jsonl"),
+        default="json",
+        help="one JSON array or JSON lines (default: %(default)s)",
+    )
+    export.add_argument(
+        "--copy-images",
+        action="store_true",
+        help="copy screenshots into OUT/images (a self-contained dataset); default: "
+        "reference them by absolute path",
+    )
+    export.add_argument(
+        "--history-window",
+        type=_int_at_least(0),
+        default=4,
+        help="previous steps shown in full in rebuilt prompts (default: %(default)s)",
+    )
+    export.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="a sample that cannot be exported: fail and write nothing, or leave it out "
+        "(default: %(default)s)",
+    )
+    export.set_defaults(func=_cmd_export)
+
+    imp = sub.add_parser(
+        "import-webgym",
+        help="import WebGym .pt iteration files safely into a trajectory storage",
+        description="Read WebGym's torch.save'd iteration files (train_trajectories.pt."
+        "iterationN[_rank_R], or a directory of them) without running pickle code: only "
+        "WebGym's component classes, plain containers and tensors are allowed, anything "
+        "else is refused naming the global. Writes one JSONL iteration file per source file.",
+    )
+    imp.add_argument(
+        "files", nargs="+", metavar="FILE", help="WebGym .pt files, or one directory of them"
+    )
+    imp.add_argument("--out", required=True, help="trajectory storage directory to write into")
+    imp.add_argument(
+        "--keep-page-metadata",
+        action="store_true",
+        help="keep every page-metadata field (default: only title and url)",
+    )
+    imp.set_defaults(func=_cmd_import_webgym)
     return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return "; ".join(lines) or type(exc).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,8 +708,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
-    except (_UsageError, ReplayStoreError, FileNotFoundError) as exc:
-        print(f"replaystore {args.command}: error: {exc}", file=sys.stderr)
+    except (_UsageError, ReplayStoreError, OSError) as exc:
+        print(f"replaystore {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
 
 

@@ -23,7 +23,9 @@ def make_storage(request, tmp_path, manager):
         if request.param == "memory":
             return InMemoryStorage(max_capacity, eviction=eviction)
         if request.param == "sqlite":
-            return SqliteStorage(tmp_path / f"s{next(counter)}.sqlite", max_capacity, eviction=eviction)
+            return SqliteStorage(
+                tmp_path / f"s{next(counter)}.sqlite", max_capacity, eviction=eviction
+            )
         return MultiProcMemoryStorage(
             manager.dict(), manager.list(), manager.Lock(), max_capacity, eviction=eviction
         )

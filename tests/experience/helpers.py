@@ -49,4 +49,6 @@ def make_row(
 
 
 def episode(task_id: str, n_steps: int, agent_id: str = "agent_1", **kw: Any) -> list[DataRow]:
-    return [make_row(task_id, s, agent_id=agent_id, execute_time=float(s), **kw) for s in range(n_steps)]
+    return [
+        make_row(task_id, s, agent_id=agent_id, execute_time=float(s), **kw) for s in range(n_steps)
+    ]

@@ -13,6 +13,7 @@ from replaystore.experience import (
     RandomSampler,
     RandomTaskSample,
     ReplayBuffer,
+    TaskSampler,
 )
 
 from .helpers import episode, make_row
@@ -64,14 +65,18 @@ def test_sample_with_default_sampler_returns_rows_of_whole_tasks():
 
 def test_sample_task_orders_rows_by_step_then_execute_time():
     buf = ReplayBuffer()
-    buf.store_batch([
-        make_row("t", 2, execute_time=1.0),
-        make_row("t", 1, execute_time=5.0),
-        make_row("t", 1, execute_time=3.0),
-    ])
+    buf.store_batch(
+        [
+            make_row("t", 2, execute_time=1.0),
+            make_row("t", 1, execute_time=5.0),
+            make_row("t", 1, execute_time=3.0),
+        ]
+    )
     (task,) = buf.sample_task(batch_size=1)
     assert [(r.exp_meta.step, r.exp_meta.execute_time) for r in task] == [
-        (1, 3.0), (1, 5.0), (2, 1.0)
+        (1, 3.0),
+        (1, 5.0),
+        (2, 1.0),
     ]
 
 
@@ -111,3 +116,19 @@ def test_buffer_seed_makes_default_sampling_reproducible():
 def test_storage_must_be_a_storage():
     with pytest.raises(ConfigError):
         ReplayBuffer(storage={})
+
+
+def test_an_aworld_style_task_sampler_subclass_works_unchanged():
+    class LatestTasks(TaskSampler):
+        def sample_task_ids(self, storage, batch_size, query_condition=None):
+            return storage.task_ids(query_condition)[-batch_size:]
+
+    buf = ReplayBuffer()
+    for t in range(5):
+        buf.store_batch(episode(f"t{t}", 2))
+    tasks = buf.sample_task(sampler=LatestTasks(), batch_size=2)
+    assert [t[0].exp_meta.task_id for t in tasks] == ["t3", "t4"]
+    assert [r.exp_meta.task_id for r in buf.sample(sampler=LatestTasks(), batch_size=1)] == [
+        "t4",
+        "t4",
+    ]

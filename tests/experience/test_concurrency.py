@@ -28,10 +28,16 @@ TASK_LEN = 10
 def rows_for(writer: int, start: int, n: int) -> list[DataRow]:
     return [
         DataRow(
-            ExpMeta(f"w{writer}-t{i // TASK_LEN:05d}", "stress", f"agent_{writer}", i % TASK_LEN,
-                    time.time()),
-            Experience(state={"writer": writer, "i": i}, actions=[{"move": i % 4}],
-                       reward_t=float(i % 7)),
+            ExpMeta(
+                f"w{writer}-t{i // TASK_LEN:05d}",
+                "stress",
+                f"agent_{writer}",
+                i % TASK_LEN,
+                time.time(),
+            ),
+            Experience(
+                state={"writer": writer, "i": i}, actions=[{"move": i % 4}], reward_t=float(i % 7)
+            ),
             f"w{writer}-{i}",
         )
         for i in range(start, start + n)
@@ -47,8 +53,13 @@ def sqlite_writer(path: str, writer: int, n_rows: int, batch: int, cap: int | No
 def sqlite_sampler(path: str, stop, errors, cap: int | None) -> None:
     try:
         buf = ReplayBuffer(SqliteStorage(path, max_capacity=cap), seed=0)
-        cond = QueryBuilder().eq("exp_meta.agent_id", "agent_1").or_().gt(
-            "exp_data.reward_t", 5).build()
+        cond = (
+            QueryBuilder()
+            .eq("exp_meta.agent_id", "agent_1")
+            .or_()
+            .gt("exp_data.reward_t", 5)
+            .build()
+        )
         rounds = 0
         while not stop.is_set() or rounds == 0:
             for task in buf.sample_task(query_condition=cond, batch_size=8):
@@ -130,7 +141,9 @@ def run_multiproc(batch: int, n_rows: int, cap: int = 10000):
     try:
         buf = ReplayBuffer(
             storage=MultiProcMemoryStorage(
-                data_dict=manager.dict(), fifo_queue=manager.list(), lock=manager.Lock(),
+                data_dict=manager.dict(),
+                fifo_queue=manager.list(),
+                lock=manager.Lock(),
                 max_capacity=cap,
             )
         )
@@ -177,12 +190,19 @@ def test_multiproc_log_is_trimmed_when_rows_are_evicted():
     try:
         log = manager.list()
         store = MultiProcMemoryStorage(manager.dict(), log, manager.Lock(), max_capacity=20)
+        # A second handle on the same proxies, as another process would have.
+        early = MultiProcMemoryStorage(store._data, log, store._lock, max_capacity=20)
         for start in range(0, 3000, 10):
             store.add_batch(rows_for(0, start, 10))
+            if start == 40:
+                assert early.size() == 20  # it read the log, then falls behind
         assert store.size() == 20
         assert len(log) < 200  # 300 batches written, the dead front trimmed
         fresh = MultiProcMemoryStorage(store._data, log, store._lock, max_capacity=20)
-        assert [r.id for r in fresh.get_all()] == [r.id for r in store.get_all()]
+        expected = [r.id for r in store.get_all()]
+        assert expected == [f"w0-{i}" for i in range(2980, 3000)]
+        assert [r.id for r in fresh.get_all()] == expected
+        assert [r.id for r in early.get_all()] == expected
     finally:
         manager.shutdown()
 
@@ -193,8 +213,11 @@ def crash_writer(path: str) -> None:
     while True:
         store.add_batch(
             [
-                DataRow(ExpMeta(f"batch{os.getpid()}-{n}", "crash", "a", i, float(i)),
-                        Experience(state={"pad": "x" * 200, "i": i}), f"{os.getpid()}-{n}-{i}")
+                DataRow(
+                    ExpMeta(f"batch{os.getpid()}-{n}", "crash", "a", i, float(i)),
+                    Experience(state={"pad": "x" * 200, "i": i}),
+                    f"{os.getpid()}-{n}-{i}",
+                )
                 for i in range(2000)
             ]
         )
@@ -220,3 +243,52 @@ def test_sigkill_during_store_batch_leaves_whole_batches_only(tmp_path):
     assert counts and set(counts.values()) == {2000}
     assert store.size() == 2000 * len(counts)
     store.add_batch(rows_for(9, 0, 10))  # still writable
+
+
+def store_through_inherited(buf: ReplayBuffer, writer: int) -> None:
+    buf.store_batch(rows_for(writer, 0, 200))
+
+
+def test_a_sqlite_buffer_created_in_the_parent_works_in_forked_children(tmp_path):
+    buf = ReplayBuffer(SqliteStorage(tmp_path / "shared.sqlite"))
+    buf.store_batch(rows_for(99, 0, 10))  # the parent's connection is open when forking
+    procs = [
+        multiprocessing.Process(target=store_through_inherited, args=(buf, w)) for w in range(3)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert len(buf) == 610
+    assert buf.storage.integrity_check() == "ok"
+
+
+def die_inside_second_batch(path: str) -> None:
+    store = SqliteStorage(path)
+    store.add_batch(rows_for(0, 0, 300))
+    inserts = 0
+
+    def trace(statement: str) -> None:
+        nonlocal inserts
+        if statement.startswith("INSERT INTO rows"):
+            inserts += 1
+            if inserts == 150:  # halfway through the second batch's inserts
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    store._connect().set_trace_callback(trace)
+    store.add_batch(rows_for(1, 0, 300))
+
+
+def test_sigkill_halfway_through_a_batch_keeps_the_store_whole(tmp_path):
+    path = tmp_path / "halfway.sqlite"
+    proc = multiprocessing.Process(target=die_inside_second_batch, args=(str(path),))
+    proc.start()
+    proc.join(timeout=60)
+    assert proc.exitcode == -signal.SIGKILL
+    store = SqliteStorage(path)
+    assert store.integrity_check() == "ok"
+    assert [r.id for r in store.get_all()] == [f"w0-{i}" for i in range(300)]
+    assert store.size() == 300
+    store.add_batch(rows_for(1, 0, 300))  # the interrupted batch can be written again
+    assert store.size() == 600

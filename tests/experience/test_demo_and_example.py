@@ -26,9 +26,15 @@ def test_demo_quick_run_writes_a_consistent_store_and_summary(tmp_path):
 
 def test_example_script_runs(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "experience_multiprocess.py"),
-         str(tmp_path / "exp.sqlite")],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            str(ROOT / "examples" / "experience_multiprocess.py"),
+            str(tmp_path / "exp.sqlite"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert "stored 1000 rows; sample() returned 1000 rows" in result.stdout

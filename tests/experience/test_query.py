@@ -20,16 +20,27 @@ def q():
 
 
 def test_and_binds_tighter_than_or():
-    cond = q().eq("exp_meta.agent_id", "a").or_().eq("exp_meta.agent_id", "b").and_().gt(
-        "exp_meta.step", 1
-    ).build()
+    cond = (
+        q()
+        .eq("exp_meta.agent_id", "a")
+        .or_()
+        .eq("exp_meta.agent_id", "b")
+        .and_()
+        .gt("exp_meta.step", 1)
+        .build()
+    )
     assert cond == {"or_": [A, {"and_": [B, C]}]}
 
 
 def test_or_then_and_then_or_groups_the_middle():
     cond = (
-        q().eq("exp_meta.agent_id", "a").and_().gt("exp_meta.step", 1).or_()
-        .eq("exp_meta.agent_id", "b").build()
+        q()
+        .eq("exp_meta.agent_id", "a")
+        .and_()
+        .gt("exp_meta.step", 1)
+        .or_()
+        .eq("exp_meta.agent_id", "b")
+        .build()
     )
     assert cond == {"or_": [{"and_": [A, C]}, B]}
 
@@ -41,13 +52,34 @@ def test_in_writes_the_seed_operator_name():
 def test_every_verb_builds_a_leaf():
     f = "exp_data.reward_t"
     built = [
-        q().eq(f, 1), q().ne(f, 1), q().gt(f, 1), q().gte(f, 1), q().lt(f, 1), q().lte(f, 1),
-        q().in_(f, [1]), q().not_in(f, [1]), q().like("exp_meta.agent_id", "x"),
-        q().not_like("exp_meta.agent_id", "x"), q().is_null(f), q().is_not_null(f),
+        q().eq(f, 1),
+        q().ne(f, 1),
+        q().gt(f, 1),
+        q().gte(f, 1),
+        q().lt(f, 1),
+        q().lte(f, 1),
+        q().in_(f, [1]),
+        q().not_in(f, [1]),
+        q().like("exp_meta.agent_id", "x"),
+        q().not_like("exp_meta.agent_id", "x"),
+        q().is_null(f),
+        q().is_not_null(f),
     ]
     ops = [b.build()["op"] for b in built]
-    assert ops == ["eq", "ne", "gt", "gte", "lt", "lte", "in", "not_in", "like", "not_like",
-                   "is_null", "is_not_null"]
+    assert ops == [
+        "eq",
+        "ne",
+        "gt",
+        "gte",
+        "lt",
+        "lte",
+        "in",
+        "not_in",
+        "like",
+        "not_like",
+        "is_null",
+        "is_not_null",
+    ]
 
 
 def test_empty_builder_builds_none_meaning_all_rows():
@@ -110,9 +142,17 @@ def _match(cond, row):
 def test_missing_and_none_values_compare_false_without_raising():
     row = make_row(agent_id=None, state={"url": None})
     for field in ("exp_meta.agent_id", "exp_data.state.url", "exp_data.state.nothing.deeper"):
-        for b in (q().eq(field, "x"), q().ne(field, "x"), q().gt(field, 1), q().lt(field, "z"),
-                  q().in_(field, ["x"]), q().not_in(field, ["x"]), q().like(field, "x"),
-                  q().not_like(field, "x"), q().is_not_null(field)):
+        for b in (
+            q().eq(field, "x"),
+            q().ne(field, "x"),
+            q().gt(field, 1),
+            q().lt(field, "z"),
+            q().in_(field, ["x"]),
+            q().not_in(field, ["x"]),
+            q().like(field, "x"),
+            q().not_like(field, "x"),
+            q().is_not_null(field),
+        ):
             assert not _match(b, row), (field, b.build())
         assert _match(q().is_null(field), row)
 
@@ -143,7 +183,8 @@ def test_like_is_case_sensitive_substring_not_a_pattern():
 
 def test_sql_binds_values_as_parameters():
     evil = "x'); DROP TABLE rows; --"
-    sql, params = compile_sql(q().eq("exp_meta.agent_id", evil).or_().like(
-        "exp_data.state.url", evil).build())
+    sql, params = compile_sql(
+        q().eq("exp_meta.agent_id", evil).or_().like("exp_data.state.url", evil).build()
+    )
     assert evil not in sql
     assert params.count(evil) == 2

@@ -121,11 +121,7 @@ def test_query_builder_simple_equality():
 
 def test_query_builder_complex_conditions():
     cond = (
-        QueryBuilder()
-        .eq("exp_meta.task_id", "123")
-        .and_()
-        .eq("exp_meta.agent_id", "456")
-        .build()
+        QueryBuilder().eq("exp_meta.task_id", "123").and_().eq("exp_meta.agent_id", "456").build()
     )
     assert cond == {
         "and_": [
@@ -140,12 +136,7 @@ def test_query_builder_nested_conditions():
         QueryBuilder()
         .eq("exp_meta.task_id", "123")
         .and_()
-        .nested(
-            QueryBuilder()
-            .eq("exp_meta.agent_id", "111")
-            .or_()
-            .eq("exp_meta.agent_id", "222")
-        )
+        .nested(QueryBuilder().eq("exp_meta.agent_id", "111").or_().eq("exp_meta.agent_id", "222"))
         .build()
     )
     assert cond == {

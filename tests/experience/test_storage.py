@@ -71,8 +71,12 @@ def test_state_and_actions_read_back_as_the_same_json_values(make_storage):
     state = {"obs": Observation(content="page", info={"k": [1, 2.5, None]}), "pt": Point(1, ("a",))}
     row = DataRow(
         ExpMeta("t", "n", "ag", 0, 1.0),
-        Experience(state=state, actions=[ActionModel(tool_name="click")], reward_t=0.5,
-                   messages=[{"role": "user", "content": "hi"}]),
+        Experience(
+            state=state,
+            actions=[ActionModel(tool_name="click")],
+            reward_t=0.5,
+            messages=[{"role": "user", "content": "hi"}],
+        ),
     )
     store.add(row)
     (back,) = store.get_all()
@@ -99,7 +103,10 @@ def test_stored_rows_do_not_follow_later_changes_to_the_callers_objects(make_sto
     [
         (None, "None"),
         (DataRow(None, Experience(state={})), "exp_meta is required"),
-        (DataRow(ExpMeta("t", "n", "a", 0, 0.0), Experience(state={"f": object()})), "exp_data.state"),
+        (
+            DataRow(ExpMeta("t", "n", "a", 0, 0.0), Experience(state={"f": object()})),
+            "exp_data.state",
+        ),
         (DataRow(ExpMeta("t", "n", "a", 0, 0.0), Experience(state=float("nan"))), "exp_data.state"),
         (DataRow(ExpMeta(None, "n", "a", 0, 0.0), Experience()), "task_id"),
         (DataRow(ExpMeta("t", "n", "a", "one", 0.0), Experience()), "step"),
@@ -254,3 +261,59 @@ def test_bad_capacity_is_a_config_error(bad):
         InMemoryStorage(bad)
     with pytest.raises(ConfigError):
         InMemoryStorage(10, eviction="lru")
+
+
+def test_sqlite_store_persists_across_reopen(tmp_path):
+    from replaystore.experience import SqliteStorage
+
+    path = tmp_path / "keep.sqlite"
+    first = SqliteStorage(path, max_capacity=10)
+    first.add_batch(episode("a", 4) + episode("b", 4))
+    first.close()
+    again = SqliteStorage(path, max_capacity=10)
+    assert [r.exp_meta.task_id for r in again.get_all()] == ["a"] * 4 + ["b"] * 4
+    again.add_batch(episode("c", 4))  # the capacity bookkeeping survived too
+    assert [r.exp_meta.task_id for r in again.get_all()] == ["b"] * 4 + ["c"] * 4
+    assert again.integrity_check() == "ok"
+
+
+def test_sqlite_file_that_is_not_a_database_is_a_storage_error(tmp_path):
+    from replaystore.errors import StorageError
+    from replaystore.experience import SqliteStorage
+
+    path = tmp_path / "junk.sqlite"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StorageError, match=r"junk\.sqlite"):
+        SqliteStorage(path)
+
+
+def test_unfiltered_row_sampling_is_uniform_over_live_rows_with_holes(make_storage):
+    store = make_storage(max_capacity=200)
+    for t in range(0, 80, 2):  # interleaved tasks: evicting one leaves holes in the order
+        store.add_batch([make_row(f"t{t + s % 2}", s) for s in range(10)])
+    store.add_batch([make_row(f"u{i % 3}", i) for i in range(30)])
+    live = {r.id for r in store.get_all()}
+    counts = dict.fromkeys(live, 0)
+    for seed in range(200):
+        picked = store.sample_rows(10, rng=seed)
+        assert len({r.id for r in picked}) == 10
+        for r in picked:
+            counts[r.id] += 1
+    assert set(counts) == live
+    # 2000 draws over 200 rows: every row drawn, none wildly over-represented.
+    assert min(counts.values()) > 0 and max(counts.values()) < 35
+
+
+def test_sqlite_file_of_another_application_is_a_storage_error(tmp_path):
+    import sqlite3
+
+    from replaystore.errors import StorageError
+    from replaystore.experience import SqliteStorage
+
+    path = tmp_path / "other.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE rows (a, b)")
+    con.commit()
+    con.close()
+    with pytest.raises(StorageError, match="not a replaystore"):
+        SqliteStorage(path)

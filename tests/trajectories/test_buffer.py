@@ -239,11 +239,14 @@ def test_missing_screenshot_is_a_counted_warning_and_compares_different(
     assert [buffer[i]["same_as_next_screenshot"] for i in range(3)] == [False, False, False]
 
 
-def test_malformed_precomputed_flag_is_an_error(trajectory_factory: TrajectoryFactory) -> None:
-    traj = trajectory_factory.trajectory(2)
-    traj[0]["same_as_next_screenshot"] = "no"
-    with pytest.raises(TrajectoryError, match=r"trajectory 0 step 0: same_as_next_screenshot"):
-        ReplayBuffer([traj])
+@pytest.mark.parametrize("flag", ["no", [True]])
+def test_malformed_precomputed_flag_is_an_error(
+    trajectory_factory: TrajectoryFactory, flag: object
+) -> None:
+    trajs = [trajectory_factory.trajectory(1), trajectory_factory.trajectory(2)]
+    trajs[1][0]["same_as_next_screenshot"] = flag
+    with pytest.raises(TrajectoryError, match=r"trajectory 1 step 0: same_as_next_screenshot"):
+        ReplayBuffer(trajs)
 
 
 # ------------------------------------------------------------------ filtering, shuffle, capacity

@@ -60,3 +60,22 @@ def test_only_rank_zero_logs_under_torch_distributed(
     with caplog.at_level(logging.INFO, logger="replaystore"):
         ReplayBuffer([trajectory_factory.trajectory(2)])
     assert not [r for r in caplog.records if "success rate" in r.message]
+
+
+def test_buffer_pickles_for_spawned_dataloader_workers(
+    trajectory_factory: TrajectoryFactory, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    import pickle
+
+    from replaystore.trajectories import TrajectoryStorage
+
+    trajs = [trajectory_factory.trajectory(3) for _ in range(4)]
+    storage = TrajectoryStorage(tmp_path_factory.mktemp("store"))
+    storage.save_iteration(1, trajs)
+    for buffer in (ReplayBuffer(trajs, seed=1), ReplayBuffer.from_storage(storage.root, seed=1)):
+        buffer.get_training_samples(2, 2.0, seed=0)  # caches an alias table
+        clone = pickle.loads(pickle.dumps(buffer))
+        assert [clone[i] for i in range(len(clone))] == [buffer[i] for i in range(len(buffer))]
+        assert list(clone.get_training_samples(3, 2.0, seed=4)) == list(
+            buffer.get_training_samples(3, 2.0, seed=4)
+        )

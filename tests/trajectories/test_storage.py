@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
-import threading
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+import replaystore.trajectories.storage as storage_module
 from replaystore.errors import StorageError, TrajectoryError
 from replaystore.trajectories import ReplayBuffer, TrajectoryStorage, step_to_dict
 
@@ -73,6 +79,24 @@ def test_page_metadata_is_stripped_to_title_and_url(trajectory_factory: Trajecto
     assert page == {"title": "Store page 0", "url": "https://example.com/page/0"}
 
 
+def test_keep_page_metadata_per_call(trajectory_factory: TrajectoryFactory) -> None:
+    storage = TrajectoryStorage(trajectory_factory.root)
+    storage.save_iteration(1, [trajectory_factory.trajectory(1)], keep_page_metadata=True)
+    page = storage.load_all()[0][0]["observation"].page_metadata
+    assert set(page) == {"title", "url", "microdata", "meta_tags"}
+
+
+def test_iterating_one_file_at_a_time_and_reading_metadata(
+    trajectory_factory: TrajectoryFactory,
+) -> None:
+    storage = TrajectoryStorage(trajectory_factory.root)
+    storage.save_iteration(1, [trajectory_factory.trajectory(1)], metadata={"model": "m1"})
+    storage.save_iteration(2, [trajectory_factory.trajectory(2)] * 2, metadata={"model": "m2"})
+    assert [(it, len(t)) for it, t in storage.iter_trajectories()] == [(1, 1), (2, 2), (2, 2)]
+    assert storage.metadata(2)[0]["model"] == "m2"
+    assert "timestamp" in storage.metadata(1)[0]
+
+
 def test_keypoint_step_ids_are_recorded_per_trajectory(
     trajectory_factory: TrajectoryFactory,
 ) -> None:
@@ -116,6 +140,18 @@ def test_missing_same_screenshot_flags_are_computed_at_save(
     storage.save_iteration(1, [traj])
     loaded = storage.load_all()[0]
     assert [s.get("same_as_next_screenshot") for s in loaded] == [True, False, None]
+
+
+def test_numpy_bool_flags_are_stored_as_json_bools(trajectory_factory: TrajectoryFactory) -> None:
+    traj = trajectory_factory.trajectory(3, screens=[2, 2, 3])
+    for step in traj:
+        step["same_as_next_screenshot"] = np.bool_(step["same_as_next_screenshot"])
+    storage = TrajectoryStorage(trajectory_factory.root)
+    storage.save_iteration(1, [traj])
+    assert [s["same_as_next_screenshot"] for s in storage.load_all()[0]] == [True, False, False]
+    traj[0]["same_as_next_screenshot"] = "maybe"
+    with pytest.raises(TrajectoryError, match="trajectory 0 step 0: same_as_next_screenshot"):
+        storage.save_iteration(2, [traj])
 
 
 def test_load_all_last_n_and_load_last(trajectory_factory: TrajectoryFactory) -> None:
@@ -223,43 +259,102 @@ def test_foreign_files_are_refused_not_executed(trajectory_factory: TrajectoryFa
         storage.load_all()
 
 
-def test_a_concurrent_reader_never_sees_a_partial_file(
-    trajectory_factory: TrajectoryFactory,
+class _CheckingHandle:
+    """Wraps the writer's file handle: after every write, a reader loads everything."""
+
+    def __init__(self, handle: Any, check: Callable[[], None]) -> None:
+        self._handle = handle
+        self._check = check
+
+    def write(self, data: bytes) -> int:
+        written = self._handle.write(data)
+        self._handle.flush()
+        self._check()
+        return written
+
+    def writelines(self, lines: list[bytes]) -> None:
+        for line in lines:
+            self.write(line)
+
+
+def test_a_reader_during_a_write_never_sees_a_partial_file(
+    trajectory_factory: TrajectoryFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     storage = TrajectoryStorage(trajectory_factory.root / "store")
-    batch = [trajectory_factory.trajectory(4) for _ in range(25)]
-    expected_steps = 100
-    errors: list[BaseException] = []
-    observed: list[int] = []
-    done = threading.Event()
+    batch = [trajectory_factory.trajectory(3) for _ in range(4)]
+    storage.save_iteration(1, batch)
+    seen: list[int] = []
 
-    def reader() -> None:
-        reading = TrajectoryStorage(storage.root)
-        while not done.is_set():
-            try:
-                loaded = reading.load_all()
-                stats = reading.stats()
-                steps = sum(len(t) for t in loaded)
-                assert steps % expected_steps == 0
-                assert all(row["steps"] == expected_steps for row in stats["iterations"])
-                observed.append(len(loaded))
-            except BaseException as exc:  # reported by the main thread
-                errors.append(exc)
-                return
+    def reader_check() -> None:
+        reader = TrajectoryStorage(storage.root)
+        loaded = reader.load_all()
+        assert sum(len(t) for t in loaded) % 12 == 0, "a reader saw part of an iteration"
+        assert all(row["steps"] % 12 == 0 for row in reader.stats()["iterations"])
+        seen.append(len(loaded))
 
-    thread = threading.Thread(target=reader)
-    thread.start()
+    real_open = storage_module.atomic_open
+
+    @contextlib.contextmanager
+    def checking_open(path: Path, mode: str = "wb", **kwargs: Any) -> Iterator[Any]:
+        with real_open(path, mode, **kwargs) as handle:
+            yield _CheckingHandle(handle, reader_check)
+
+    monkeypatch.setattr(storage_module, "atomic_open", checking_open)
+    storage.save_iteration(2, batch, rank=0)
+    storage.save_iteration(2, batch, rank=1)
+    storage.merge_ranks(2)
+    # While rank 0 writes: iteration 1 only; rank 1: + rank 0; the merge: + both ranks.
+    assert set(seen) == {4, 8, 12}
+    assert len(storage.load_all()) == 12
+
+
+_READER = """
+import sys
+from pathlib import Path
+from replaystore.trajectories import TrajectoryStorage
+root, stop, steps_per_file = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+storage = TrajectoryStorage(root)
+reads = 0
+while not stop.exists() or reads == 0:
+    for row in storage.stats()["iterations"]:
+        if row["steps"] != steps_per_file:
+            raise SystemExit(f"partial iteration: {row}")
+    total = sum(len(t) for t in storage.load_all()) if storage.files() else 0
+    if total % steps_per_file:
+        raise SystemExit(f"partial data: {total} steps")
+    reads += 1
+print(reads)
+"""
+
+
+@pytest.mark.slow
+def test_a_reader_process_polling_while_another_writes_and_merges(
+    trajectory_factory: TrajectoryFactory,
+) -> None:
+    # Real parallelism: the reader is another process, the writer writes and
+    # merges iteration files as fast as it can.
+    storage = TrajectoryStorage(trajectory_factory.root / "store")
+    storage.root.mkdir()
+    stop = trajectory_factory.root / "stop"
+    batch = [trajectory_factory.trajectory(4) for _ in range(40)]
+    reader = subprocess.Popen(
+        [sys.executable, "-c", _READER, str(storage.root), str(stop), "160"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        for it in range(1, 13):
+        time.sleep(0.5)  # let the reader start polling
+        for it in range(1, 25):
             storage.save_iteration(it, batch, rank=it % 2)
             if it % 4 == 0:
                 storage.merge_ranks(it)
     finally:
-        done.set()
-        thread.join()
-    assert not errors, errors[0]
-    assert observed  # the reader did run
-    assert len(storage.load_all()) == 12 * 25
+        stop.touch()
+        out, err = reader.communicate(timeout=120)
+    assert reader.returncode == 0, err[-2000:]
+    assert int(out) > 0
+    assert len(storage.load_all()) == 24 * 40
 
 
 # ------------------------------------------------------------------ from_storage

@@ -287,8 +287,11 @@ def test_seed_page_examples_run_as_written(make_buffer) -> None:
         {"obs": torch.zeros(3), "action": torch.tensor(1), "reward": torch.tensor(0.5)}, []
     )
     batch_experience = TensorDict(
-        {"obs": torch.ones(20, 3), "action": torch.ones(20, dtype=torch.int64),
-         "reward": torch.ones(20)},
+        {
+            "obs": torch.ones(20, 3),
+            "action": torch.ones(20, dtype=torch.int64),
+            "reward": torch.ones(20),
+        },
         [20],
     )
     buffer.add(single_experience)  # Single transition

@@ -26,7 +26,7 @@ def _assert_same_contents(a: ReplayBuffer, b: ReplayBuffer) -> None:
     assert a.fields == b.fields
     ta, tb = a.sample_all(), b.sample_all()
     assert set(ta.keys()) == set(tb.keys())
-    for key in ta.keys():
+    for key in ta.keys():  # noqa: SIM118 (TensorDict keys)
         assert ta[key].dtype == tb[key].dtype
         assert torch.equal(ta[key], tb[key]), key
 
@@ -67,7 +67,7 @@ def test_round_trip_is_bit_exact_for_every_dtype(make_buffer, ckpt: Path) -> Non
     dst = make_buffer(5)
     dst.load(ckpt)
     a, b = src.sample_all(), dst.sample_all()
-    for key in a.keys():
+    for key in a.keys():  # noqa: SIM118 (TensorDict keys)
         assert a[key].dtype == b[key].dtype
         assert a[key].view(torch.uint8).tolist() == b[key].view(torch.uint8).tolist(), key
 
@@ -159,7 +159,7 @@ def test_load_of_an_objectrl_metadata_file_explains_it_holds_no_data(
 
 
 def test_load_without_a_checkpoint_names_the_file(make_buffer, ckpt: Path) -> None:
-    with pytest.raises(CheckpointError, match="buffer.metadata"):
+    with pytest.raises(CheckpointError, match=r"buffer\.metadata"):
         make_buffer(10).load(ckpt)
 
 
@@ -182,7 +182,7 @@ def test_damaged_data_is_detected_before_the_buffer_changes(
         target.unlink()
     dst = make_buffer(6)
     dst.add_batch(batch([70, 71, 72]))
-    with pytest.raises(CheckpointError, match="0.bin"):
+    with pytest.raises(CheckpointError, match=r"0\.bin"):
         dst.load(ckpt)
     assert ids_of(dst.sample_all()).tolist() == [70, 71, 72]
 
@@ -210,7 +210,7 @@ def test_a_new_save_replaces_the_old_and_removes_orphans(make_buffer, ckpt: Path
 
 # --------------------------------------------------------------------- crashes
 
-_ROWS = 40_000
+_ROWS = 30_000
 _WIDTH = 256
 
 _SAVE_FOREVER = textwrap.dedent(
@@ -263,7 +263,7 @@ def test_save_killed_at_any_moment_leaves_a_loadable_checkpoint(tmp_path: Path) 
         buf.save(prefix)
     seen_tags = set()
     killed_mid_save = 0
-    for attempt, delay in enumerate([0.0, 0.01, 0.05, 0.1, 0.2, 0.35, 0.6]):
+    for attempt, delay in enumerate([0.0, 0.02, 0.08, 0.2, 0.4]):
         tag = float(attempt + 1)
         proc = _start(_SAVE_FOREVER, str(prefix), str(tag), str(_ROWS), str(_WIDTH))
         time.sleep(delay)
@@ -279,7 +279,7 @@ def test_save_killed_at_any_moment_leaves_a_loadable_checkpoint(tmp_path: Path) 
             np.testing.assert_array_equal(got["obs"].numpy(), _tagged_contents(got_tag))
             seen_tags.add(got_tag)
     # The committed checkpoint is always the previous one or the killed writer's.
-    assert seen_tags <= {float(t) for t in range(8)}
+    assert seen_tags <= {float(t) for t in range(6)}
     assert killed_mid_save >= 1  # the test did interrupt saves
 
 

@@ -16,9 +16,7 @@ CONST = 3.0
 @pytest.mark.slow
 @pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
 def test_concurrent_writer_and_sampler_see_consistent_rows(storage_kind: str, sampler: str) -> None:
-    buf = ReplayBuffer(
-        "cpu", "cpu", 512, storage=storage_kind, sampler=sampler, seed=0
-    )
+    buf = ReplayBuffer("cpu", "cpu", 512, storage=storage_kind, sampler=sampler, seed=0)
     buf.add({"obs": np.zeros(64, np.float32), "action": 0})
     stop = threading.Event()
     errors: list[BaseException] = []

@@ -2,9 +2,16 @@
 
 Each part module defines ``run(out: pathlib.Path, quick: bool) -> list[str]``:
 it does real work with the library, writes its outputs under ``out`` and
-returns the summary lines the CLI prints.
+returns the summary lines the CLI prints. ``replaystore demo`` runs them in
+this order, each in ``<out>/<part>/``:
+
+* ``transitions``: Double DQN with prioritized replay on CartPole-v1;
+* ``trajectories``: a simulated web-agent RL loop from task sampling to a
+  LLaMA-Factory dataset;
+* ``experience``: several processes writing one SQLite experience store while
+  it is sampled.
 """
 
 from __future__ import annotations
 
-PARTS: tuple[str, ...] = ("transitions",)
+PARTS: tuple[str, ...] = ("transitions", "trajectories", "experience")

@@ -49,8 +49,10 @@ def _episodes(writer: int, n_tasks: int, seed: int) -> list[list[DataRow]]:
                 DataRow(
                     ExpMeta(task_id, "web_nav", agent, step, time.time()),
                     Experience(
-                        state={"url": f"https://shop.example/p/{int(rng.integers(100))}",
-                               "cart": int(rng.integers(0, 4))},
+                        state={
+                            "url": f"https://shop.example/p/{int(rng.integers(100))}",
+                            "cart": int(rng.integers(0, 4)),
+                        },
                         actions=[{"type": "click", "target": f"#btn{int(rng.integers(9))}"}],
                         reward_t=1.0 if (last and solved) else 0.0,
                     ),
@@ -84,8 +86,7 @@ def run(out: Path, quick: bool) -> list[str]:
 
     start = time.perf_counter()
     writers = [
-        multiprocessing.Process(target=_write, args=(str(path), w, n_tasks))
-        for w in range(WRITERS)
+        multiprocessing.Process(target=_write, args=(str(path), w, n_tasks)) for w in range(WRITERS)
     ]
     for p in writers:
         p.start()

@@ -180,8 +180,9 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"object of type {type(obj).__name__} is not JSON serialisable")
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, default=_json_default, allow_nan=False, separators=(",", ":"))
+_ENCODER = json.JSONEncoder(default=_json_default, allow_nan=False, separators=(",", ":"))
+_dumps = _ENCODER.encode
+_loads = json.JSONDecoder().decode
 
 
 def to_json_value(value: Any, where: str = "value") -> Any:
@@ -196,7 +197,7 @@ def to_json_value(value: Any, where: str = "value") -> Any:
             or a NaN/infinite float.
     """
     try:
-        return json.loads(_dumps(value))
+        return _loads(_dumps(value))
     except (TypeError, ValueError) as exc:
         raise SchemaError(f"{where}: {exc}") from exc
 
@@ -219,6 +220,25 @@ def _check_str(value: Any, name: str, row_id: str, *, optional: bool) -> str | N
 
 
 def _check_meta(meta: Any, row_id: str) -> ExpMeta:
+    if (
+        type(meta) is ExpMeta
+        and type(meta.task_id) is str
+        and type(meta.step) is int
+        and type(meta.execute_time) is float
+        and math.isfinite(meta.execute_time)
+        and -(2**63) <= meta.step < 2**63
+        and (meta.task_name is None or type(meta.task_name) is str)
+        and (meta.agent_id is None or type(meta.agent_id) is str)
+        and (meta.pre_agent is None or type(meta.pre_agent) is str)
+    ):  # the common case, checked cheaply
+        return ExpMeta(
+            meta.task_id,
+            meta.task_name,
+            meta.agent_id,
+            meta.step,
+            meta.execute_time,
+            meta.pre_agent,
+        )
     if meta is None:
         raise SchemaError(f"row {row_id!r}: exp_meta is required (got None)")
     if isinstance(meta, Mapping):
@@ -268,7 +288,7 @@ def _check_meta(meta: Any, row_id: str) -> ExpMeta:
     )
 
 
-def encode_row(row: Any, where: str = "row") -> EncodedRow:
+def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedRow:
     """Validate ``row`` and return its normalised copy plus the payload JSON text.
 
     The copy holds an :class:`ExpMeta` with checked types and an
@@ -278,6 +298,8 @@ def encode_row(row: Any, where: str = "row") -> EncodedRow:
     Args:
         row: a :class:`DataRow` (or a mapping as :meth:`DataRow.to_dict` returns).
         where: how to name the row in errors (e.g. ``"data_batch[3]"``).
+        decode: build the normalised :class:`Experience` from the JSON text; storages
+            that keep only the text pass False (the row's ``exp_data`` is then None).
 
     Raises:
         SchemaError: ``row`` is None or not a row, ``exp_meta``/``exp_data`` is
@@ -315,11 +337,12 @@ def encode_row(row: Any, where: str = "row") -> EncodedRow:
                     f"row {row_id!r}: exp_data.{name} cannot be stored as JSON: {field_exc}"
                 ) from exc
         raise SchemaError(f"row {row_id!r}: exp_data cannot be stored as JSON: {exc}") from exc
-    return EncodedRow(DataRow(meta, _experience_from_json(text), row_id), text)
+    exp_copy = _experience_from_json(text) if decode else None
+    return EncodedRow(DataRow(meta, exp_copy, row_id), text)  # type: ignore[arg-type]
 
 
 def _experience_from_json(text: str) -> Experience:
-    obj = json.loads(text)
+    obj = _loads(text)
     exp = Experience.__new__(Experience)
     exp.state = obj.get("state")
     exp.actions = obj.get("actions")

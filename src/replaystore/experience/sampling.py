@@ -97,7 +97,9 @@ class TaskSampler(Sampler):
 
         The query selects tasks; every row of a selected task is returned.
         """
-        ids = self.sample_task_ids(storage, batch_size, query_condition, rng=rng)
+        # Pass rng only when given, so AWorld-style subclasses without it keep working.
+        kwargs = {} if rng is None else {"rng": rng}
+        ids = self.sample_task_ids(storage, batch_size, query_condition, **kwargs)
         tasks = storage.get_batch_by_task_ids(ids)
         return {tid: self.sorted_by_step(rows) for tid, rows in tasks.items() if rows}
 
@@ -114,7 +116,8 @@ class TaskSampler(Sampler):
         (AWorld returns the ``{task_id: rows}`` dict here, against its own
         ``List[DataRow]`` annotation; use :meth:`sample_tasks` for the dict.)
         """
-        tasks = self.sample_tasks(storage, batch_size, query_condition, rng=rng)
+        kwargs = {} if rng is None else {"rng": rng}
+        tasks = self.sample_tasks(storage, batch_size, query_condition, **kwargs)
         return [row for rows in tasks.values() for row in rows]
 
 

@@ -59,7 +59,16 @@ from replaystore.trajectories.screenshots import (
     same_as_next_flags,
 )
 
-__all__ = ["BufferStats", "ReplayBuffer", "SampleList", "TrajectoryBuffer"]
+__all__ = [
+    "BufferStats",
+    "ReplayBuffer",
+    "SampleList",
+    "StepIndex",
+    "StepSource",
+    "TrajectoryBuffer",
+    "index_trajectories",
+    "is_dummy_trajectory",
+]
 
 logger = logging.getLogger("replaystore.trajectories.buffer")
 
@@ -261,7 +270,10 @@ def _flag_codes(steps: Sequence[Any], where: str) -> list[int]:
     codes = []
     for i, step in enumerate(steps):
         value = _step_part(step, SAME_KEY)
-        code = _FLAG_CODES.get(value)
+        try:
+            code = _FLAG_CODES.get(value)
+        except TypeError:  # unhashable, e.g. a list
+            code = None
         if code is None:
             raise TrajectoryError(
                 f"{where} step {i}: {SAME_KEY} must be a bool or absent, got {value!r}"

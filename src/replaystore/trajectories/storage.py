@@ -122,8 +122,9 @@ class TrajectoryStorage:
             same-as-next flags (default: process-wide).
 
     Thread/process safety: any number of readers may run while writers write;
-    each file appears complete or not at all. Two writers must not save the same
-    (iteration, rank): the second gets :class:`StorageError`.
+    each file appears complete or not at all. Saving an (iteration, rank) that
+    exists raises :class:`StorageError`; two processes racing to save the *same*
+    (iteration, rank) at the same instant are not detected (give each rank its own).
     """
 
     def __init__(
@@ -206,6 +207,7 @@ class TrajectoryStorage:
         rank: int = 0,
         *,
         metadata: Mapping[str, Any] | None = None,
+        keep_page_metadata: bool | None = None,
     ) -> Path:
         """Write one immutable iteration file for ``rank``; returns its path.
 
@@ -215,6 +217,7 @@ class TrajectoryStorage:
                 dicts, or :class:`Step`). Not modified.
             rank: the writing process's rank (one file per rank).
             metadata: JSON-compatible facts to keep in the header (model, config...).
+            keep_page_metadata: override the storage's setting for this file.
 
         Raises:
             StorageError: the file (or the iteration's merged file) already exists.
@@ -242,7 +245,8 @@ class TrajectoryStorage:
                 )
         header_meta = dict(metadata or {})
         header_meta.setdefault("timestamp", _dt.datetime.now(_dt.UTC).isoformat())
-        encoded = [self._encode_trajectory(t, traj) for t, traj in enumerate(trajectories)]
+        keep = self.keep_page_metadata if keep_page_metadata is None else bool(keep_page_metadata)
+        encoded = [self._encode_trajectory(t, traj, keep) for t, traj in enumerate(trajectories)]
         self._write(target, iteration, rank, header_meta, encoded)
         logger.info(
             "saved iteration %d rank %d: %d trajectories to %s",
@@ -253,7 +257,9 @@ class TrajectoryStorage:
         )
         return target
 
-    def _encode_trajectory(self, t: int, trajectory: Sequence[Any]) -> _EncodedTrajectory:
+    def _encode_trajectory(
+        self, t: int, trajectory: Sequence[Any], keep_page_metadata: bool
+    ) -> _EncodedTrajectory:
         if isinstance(trajectory, (str, bytes, Mapping)) or not isinstance(trajectory, Sequence):
             raise TrajectoryError(
                 f"trajectory {t} must be a list of steps, got {type(trajectory).__name__}"
@@ -280,13 +286,16 @@ class TrajectoryStorage:
             for s, flag in zip(todo, flags.tolist(), strict=True):
                 steps[s][SAME_KEY] = flag
         same = np.zeros(n, dtype=bool)
-        for s in range(n - 1):
+        for s in range(n):
             value = steps[s].get(SAME_KEY)
-            if not isinstance(value, (bool, np.bool_)):
+            if value is None:  # only the last step can still lack it
+                continue
+            if not isinstance(value, (bool, np.bool_, int)) or value not in (0, 1):
                 raise TrajectoryError(
                     f"trajectory {t} step {s}: {SAME_KEY} must be a bool, got {value!r}"
                 )
-            same[s] = bool(value)
+            steps[s][SAME_KEY] = bool(value)  # NumPy bools are not JSON
+            same[s] = s < n - 1 and bool(value)
         keypoints = [s for s, d in enumerate(steps) if d["reward"].get("submit")]
         first_meta = dict(steps[0].get("trajectory_metadata") or {})
         first_meta["keypoint_step_ids"] = keypoints
@@ -294,7 +303,7 @@ class TrajectoryStorage:
         for d in steps:
             obs = d["observation"]
             obs["image_path"] = self._relative(obs["image_path"])
-            if not self.keep_page_metadata and isinstance(obs.get("page_metadata"), Mapping):
+            if not keep_page_metadata and isinstance(obs.get("page_metadata"), Mapping):
                 pm = obs["page_metadata"]
                 obs["page_metadata"] = {k: pm[k] for k in ("title", "url") if k in pm}
         lines = []

@@ -38,6 +38,7 @@ from replaystore.transitions.schema import (
     FieldSpec,
     as_flat_mapping,
     infer_fields,
+    numpy_dtype,
     schema_error,
 )
 from replaystore.transitions.storage import (
@@ -54,6 +55,59 @@ logger = logging.getLogger(__name__)
 
 Indices = Sequence[int] | torch.Tensor | range | np.ndarray
 _PY_SCALARS = (bool, int, float, complex)
+_PY_SCALAR_SET = frozenset(_PY_SCALARS)
+_MISSING = object()  # has no shape: a missing key fails the fast check
+
+
+def _tensordict(entries: dict[str, torch.Tensor], n: int, device: torch.device) -> TensorDict:
+    """A TensorDict of batch size ``[n]`` on ``device`` from entries we built ourselves.
+
+    TensorDict's checked constructor (and even ``_new_unsafe`` with a device,
+    which probes for MPS) costs more than gathering a CartPole batch. Every entry
+    here already has leading dimension n and lives on ``device``, so the checks
+    are skipped and the device is set directly. Tested in test_api (device and
+    batch size of samples).
+    """
+    td = TensorDict._new_unsafe(entries, batch_size=torch.Size([n]), nested=False)
+    td._device = device
+    return td
+
+
+def _write_rows(col: torch.Tensor, arr: np.ndarray | None, start: int, rows: Any) -> None:
+    """Write validated ``rows`` (at most the capacity) from ``start``, wrapping around."""
+    if isinstance(rows, torch.Tensor):
+        rows = rows.detach()
+        if arr is not None and rows.device.type == "cpu" and rows.dtype != torch.bfloat16:
+            rows = rows.numpy()
+    elif arr is None:
+        rows = torch.as_tensor(rows)
+    cap = col.shape[0]
+    m = rows.shape[0]
+    first = min(m, cap - start)
+    if isinstance(rows, np.ndarray) and arr is not None:
+        arr[start : start + first] = rows[:first]
+        if m > first:
+            arr[: m - first] = rows[first:]
+    else:
+        col[start : start + first].copy_(rows[:first])
+        if m > first:
+            col[: m - first].copy_(rows[first:])
+
+
+def _write_row(col: torch.Tensor, arr: np.ndarray | None, ptr: int, value: Any) -> None:
+    """Write one validated item of any accepted kind into row ``ptr``."""
+    if arr is not None and not isinstance(value, torch.Tensor):
+        arr[ptr] = value
+    elif isinstance(value, torch.Tensor):
+        value = value.detach()
+        if arr is not None and value.device.type == "cpu" and value.dtype != torch.bfloat16:
+            arr[ptr] = value.numpy()
+        else:
+            col[ptr].copy_(value)
+    else:
+        col[ptr].copy_(torch.as_tensor(value))
+
+
 _RESERVED = ("index", "weight")
 
 
@@ -147,10 +201,20 @@ class ReplayBuffer:
         self._gen.manual_seed(int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1)))
         self._np_rng = np.random.Generator(np.random.PCG64(seq.spawn(1)[0]))
 
-        self._lock = threading.RLock()
+        # A plain Lock (cheaper than RLock): no method takes it while holding it.
+        self._lock = threading.Lock()
         self._storage: TensorStorage | MemmapStorage | None = None
         self._fields: dict[str, FieldSpec] | None = None
-        self._plan: list[tuple[str, tuple[int, ...], frozenset[Any], Any, torch.Tensor]] = []
+        self._names: list[str] = []
+        self._shapes: list[tuple[int, ...]] = []
+        self._accepts: list[frozenset[Any]] = []
+        self._arrays: list[np.ndarray | None] = []
+        self._columns: list[torch.Tensor] = []
+        self._column_items: list[tuple[str, torch.Tensor]] = []
+        self._scalar_ok: list[frozenset[type]] = []
+        self._numpy_rows = False
+        self._add_plan: list[tuple[str, frozenset[type], tuple[int, ...], frozenset[Any]]] = []
+        self._batch_shapes: dict[int, list[tuple[int, ...]]] = {}
         self._size = 0
         self._ptr = 0
         self._iterator: Iterator[TensorDict] | None = None
@@ -242,10 +306,21 @@ class ReplayBuffer:
         old = self._storage
         self._storage = storage
         self._fields = {f.name: f for f in storage.fields}
-        self._plan = [
-            (f.name, f.shape, f.accepts, storage.arrays[f.name], storage.columns[f.name])
-            for f in storage.fields
-        ]
+        # Per-column views of the schema, precomputed for the add and sample hot paths.
+        self._names = [f.name for f in storage.fields]
+        self._shapes = [f.shape for f in storage.fields]
+        self._accepts = [f.accepts for f in storage.fields]
+        self._arrays = [storage.arrays[f.name] for f in storage.fields]
+        self._columns = [storage.columns[f.name] for f in storage.fields]
+        self._column_items = list(zip(self._names, self._columns, strict=True))
+        # Exact value types that fit a column without looking at them: Python and
+        # NumPy scalars of an accepted kind, for columns of item shape ().
+        self._scalar_ok = [f.scalar_types if not f.shape else frozenset() for f in storage.fields]
+        self._numpy_rows = all(a is not None for a in self._arrays)
+        self._add_plan = list(
+            zip(self._names, self._scalar_ok, self._shapes, self._accepts, strict=True)
+        )
+        self._batch_shapes = {}
         if old is not None and old is not storage:
             old.close()
 
@@ -335,7 +410,11 @@ class ReplayBuffer:
                 MemmapStorage.clear(directory)
         self._storage = None
         self._fields = None
-        self._plan = []
+        self._names, self._shapes, self._accepts = [], [], []
+        self._arrays, self._columns, self._column_items = [], [], []
+        self._scalar_ok, self._numpy_rows = [], False
+        self._batch_shapes = {}
+        self._add_plan = []
         self._size = 0
         self._ptr = 0
         self._iterator = None
@@ -368,12 +447,19 @@ class ReplayBuffer:
         err = schema_error(self._fields, exp, batched=False)
         if err is not None:
             raise err
-        return {
-            k: v
-            if isinstance(v, (torch.Tensor, np.ndarray, np.generic, *_PY_SCALARS))
-            else np.asarray(v)
-            for k, v in exp.items()
-        }
+        out: dict[str, Any] = {}
+        for k, v in exp.items():
+            if isinstance(v, torch.Tensor | np.ndarray | np.generic):
+                out[k] = v
+                continue
+            npd = numpy_dtype(self._fields[k].dtype)
+            try:
+                # Python ints are range-checked here (NumPy raises OverflowError), so
+                # the write itself cannot fail half-way through a row.
+                out[k] = np.asarray(v, dtype=npd) if isinstance(v, int) else np.asarray(v)
+            except (OverflowError, ValueError) as exc:
+                raise SchemaError(f"key {k!r}: {v!r} does not fit the column: {exc}") from exc
+        return out
 
     def add(self, experience: TensorDictBase | Mapping[str, Any]) -> None:
         """Add one transition.
@@ -396,34 +482,43 @@ class ReplayBuffer:
                 experience = as_flat_mapping(experience, batched=False)
             if self._storage is None:
                 self._create(infer_fields(experience, batched=False, reserved=self._reserved()))
-            plan = self._plan
-            ok = len(experience) == len(plan)
-            if ok:
-                for name, shape, accepts, _, _ in plan:
-                    # A missing key yields the dict itself, which no column accepts.
-                    v = experience.get(name, experience)
+            # Fast check against the cached shapes and accepted dtypes; anything
+            # unusual (lists, a mismatch) goes through the slow path, which either
+            # converts it or raises the SchemaError that names the key.
+            values: list[Any] = []
+            append = values.append
+            fast = len(experience) == len(self._names)
+            tensors = False
+            if fast:
+                for name, scalar_ok, shape, accepts in self._add_plan:
+                    v = experience.get(name, _MISSING)
+                    append(v)
                     t = type(v)
-                    if t is np.ndarray or isinstance(v, torch.Tensor | np.generic):
+                    if t in scalar_ok:
+                        continue
+                    if t is np.ndarray:
                         if v.shape != shape or v.dtype not in accepts:
-                            ok = False
+                            fast = False
                             break
-                    elif t not in accepts or shape:
-                        ok = False
-                        break
-            if not ok:
-                experience = self._slow_single(experience)
-            ptr = self._ptr
-            for name, _, _, arr, col in plan:
-                v = experience[name]
-                if isinstance(v, torch.Tensor):
-                    if arr is not None and v.device.type == "cpu" and v.dtype != torch.bfloat16:
-                        arr[ptr] = v.detach().numpy()
+                    elif isinstance(v, torch.Tensor):
+                        tensors = True
+                        if v.shape != shape or v.dtype not in accepts:
+                            fast = False
+                            break
                     else:
-                        col[ptr].copy_(v.detach())
-                elif arr is not None:
+                        fast = False
+                        break
+            if not fast:
+                experience = self._slow_single(experience)
+                values = [experience[name] for name in self._names]
+                tensors = True
+            ptr = self._ptr
+            if tensors or not self._numpy_rows:
+                for v, arr, col in zip(values, self._arrays, self._columns, strict=True):
+                    _write_row(col, arr, ptr, v)
+            else:
+                for v, arr in zip(values, self._arrays, strict=True):
                     arr[ptr] = v
-                else:
-                    col[ptr].copy_(torch.as_tensor(v))
             self._ptr = ptr + 1 if ptr + 1 < self._capacity else 0
             if self._size < self._capacity:
                 self._size += 1
@@ -455,10 +550,10 @@ class ReplayBuffer:
             if self._storage is None:
                 exp = _normalise_batch(exp)
                 self._create(infer_fields(exp, batched=True, reserved=self._reserved()))
-            n = self._batch_rows(exp)
-            if n < 0:
+            n, values, numpy_only = self._batch_rows(exp)
+            if n < 0:  # lists, tensors on another device, or a schema mismatch
                 exp = _normalise_batch(exp)
-                n = self._batch_rows(exp)
+                n, values, numpy_only = self._batch_rows(exp)
                 if n < 0:
                     assert self._fields is not None
                     err = schema_error(self._fields, exp, batched=True)
@@ -466,50 +561,51 @@ class ReplayBuffer:
             if n == 0:
                 return
             cap = self._capacity
-            m = min(n, cap)
-            start = (self._ptr + n - m) % cap
-            first = min(m, cap - start)
-            for name, _, _, arr, col in self._plan:
-                v = exp[name]
-                if isinstance(v, torch.Tensor):
-                    if arr is not None and v.device.type == "cpu" and v.dtype != torch.bfloat16:
-                        v = v.detach().numpy()
-                    else:
-                        arr = None
-                        v = v.detach()
-                elif arr is None:
-                    v = torch.as_tensor(v)
-                # NumPy slice assignment is ~10x cheaper than torch's copy_ for small batches.
-                dst = arr if arr is not None else col
-                v = v[n - m :]
-                if arr is not None:
-                    dst[start : start + first] = v[:first]
-                    if m > first:
-                        dst[: m - first] = v[first:]
-                else:
-                    col[start : start + first].copy_(v[:first])
-                    if m > first:
-                        col[: m - first].copy_(v[first:])
+            ptr = self._ptr
+            if numpy_only and ptr + n <= cap:
+                # The common case: NumPy data, CPU columns, no wrap-around. NumPy
+                # slice assignment is several times cheaper than torch's copy_ here.
+                end = ptr + n
+                for v, arr in zip(values, self._arrays, strict=True):
+                    arr[ptr:end] = v
+                start, m = ptr, n
+            else:
+                m = min(n, cap)
+                start = (ptr + n - m) % cap
+                for v, arr, col in zip(values, self._arrays, self._columns, strict=True):
+                    _write_rows(col, arr, start, v[n - m :] if n > m else v)
             if self._prio is not None:
                 self._prio.mark_new_many((start + np.arange(m, dtype=np.int64)) % cap)
-            self._ptr = (self._ptr + n) % cap
-            self._size = min(self._size + n, cap)
+            self._ptr = (ptr + n) % cap
+            if self._size < cap:
+                self._size = min(self._size + n, cap)
 
-    def _batch_rows(self, exp: Mapping[str, Any]) -> int:
-        """The common leading dimension if ``exp`` fits the schema as-is, else -1."""
-        plan = self._plan
-        if len(exp) != len(plan):
-            return -1
-        n = -1
-        for name, shape, accepts, _, _ in plan:
-            v = exp.get(name)
-            if type(v) is not np.ndarray and not isinstance(v, torch.Tensor):
-                return -1
-            vs = v.shape
-            if not vs or vs[1:] != shape or v.dtype not in accepts or (n >= 0 and vs[0] != n):
-                return -1
-            n = vs[0]
-        return n
+    def _batch_rows(self, exp: Mapping[str, Any]) -> tuple[int, list[Any], bool]:
+        """(N, values in column order, all NumPy with NumPy columns) if ``exp`` fits
+        the schema as-is; N is -1 otherwise."""
+        names = self._names
+        if len(exp) != len(names):
+            return -1, [], False
+        values = [exp.get(name) for name in names]
+        try:
+            n = values[0].shape[0]
+        except (AttributeError, IndexError, TypeError):
+            return -1, [], False
+        # Full expected shapes [N, *item_shape] per N: one tuple comparison per column.
+        expected = self._batch_shapes.get(n)
+        if expected is None:
+            if len(self._batch_shapes) > 64:
+                self._batch_shapes.clear()
+            expected = self._batch_shapes[n] = [(n, *shape) for shape in self._shapes]
+        numpy_only = self._numpy_rows
+        for v, full, accepts in zip(values, expected, self._accepts, strict=True):
+            if type(v) is not np.ndarray:
+                if not isinstance(v, torch.Tensor):
+                    return -1, [], False
+                numpy_only = False
+            if v.shape != full or v.dtype not in accepts:
+                return -1, [], False
+        return n, values, numpy_only
 
     # -------------------------------------------------------------- sampling
 
@@ -517,16 +613,12 @@ class ReplayBuffer:
         self, idx: torch.Tensor, extra: dict[str, torch.Tensor] | None = None
     ) -> TensorDict:
         """Rows ``idx`` (on the storing device) of every column, as a TensorDict on ``device``."""
-        out = {name: col.index_select(0, idx) for name, _, _, _, col in self._plan}
+        out = {name: col.index_select(0, idx) for name, col in self._column_items}
         if extra:
             out.update(extra)
         if self._batch_device is not None:
             out = {k: v.to(self._batch_device) for k, v in out.items()}
-        # TensorDict's checked constructor costs more than the gather itself; the
-        # entries are built here with a known batch size and device.
-        return TensorDict._new_unsafe(
-            out, batch_size=torch.Size([idx.shape[0]]), device=self.device
-        )
+        return _tensordict(out, idx.shape[0], self.device)
 
     def _require_items(self) -> None:
         if self._size == 0:
@@ -551,15 +643,19 @@ class ReplayBuffer:
         Cost: one random draw plus one ``index_select`` per column (uniform);
         prioritized adds an O(batch log capacity) tree search.
         """
-        n = _positive_int(batch_size, "batch_size")
+        n = batch_size if type(batch_size) is int and batch_size > 0 else None
+        if n is None:
+            n = _positive_int(batch_size, "batch_size")
         with self._lock:
-            if self._size == 0:
-                self._require_items()
-            if self._prio is None:
+            if self._prio is None and self._size:
                 idx = torch.randint(
                     self._size, (n,), generator=self._gen, device=self.storing_device
                 )
+                if self._batch_device is None:
+                    out = {name: col.index_select(0, idx) for name, col in self._column_items}
+                    return _tensordict(out, n, self.device)
                 return self._gather(idx)
+            self._require_items()
             slots, weights = self._prio.sample(n, self._np_rng)
             idx = torch.from_numpy(slots).to(self.storing_device)
             weight = torch.from_numpy(weights).to(self.storing_device)
@@ -773,16 +869,17 @@ class ReplayBuffer:
         if int(max_iter) != max_iter or max_iter < 0:
             raise ValueError(f"max_iter must be an integer >= 0, got {max_iter!r}")
         bs = _positive_int(batch_size, "batch_size")
-        with self._lock:
-            if n_epochs == 0:
+        if n_epochs == 0:
+            with self._lock:
                 self._iterator = None
-                return int(max_iter)
-            steps = int(n_epochs) * self.calculate_num_batches(bs)
+            return int(max_iter)
+        with self._lock:
+            steps = int(n_epochs) * (self._size // bs)
             if steps == 0:
                 self._iterator = None
                 return 0
-            self.create_epoch_iterator(bs, int(n_epochs), shuffle=shuffle, drop_last=True)
-            return steps
+            self._iterator = self._epochs(bs, int(n_epochs), bool(shuffle), True)
+        return steps
 
     # ------------------------------------------------------------ checkpoints
 

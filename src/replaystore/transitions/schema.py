@@ -56,6 +56,7 @@ DTYPES: dict[str, torch.dtype] = {
     "complex128": torch.complex128,
 }
 _NAMES = {dtype: name for name, dtype in DTYPES.items()}
+_NARROW_INTS = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32})
 _TORCH_TO_NUMPY: dict[torch.dtype, np.dtype] = {
     dtype: np.dtype(name) for name, dtype in DTYPES.items() if name != "bfloat16"
 }
@@ -95,6 +96,7 @@ class FieldSpec:
     shape: tuple[int, ...]
     dtype: torch.dtype
     accepts: frozenset[Any] = field(default=frozenset(), compare=False, repr=False)
+    scalar_types: frozenset[type] = field(default=frozenset(), compare=False, repr=False)
 
     @classmethod
     def make(cls, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> FieldSpec:
@@ -105,8 +107,15 @@ class FieldSpec:
                 accepts.add(src)
                 if src in _TORCH_TO_NUMPY:
                     accepts.add(_TORCH_TO_NUMPY[src])
-        accepts.update(py for py, src in _PY_TO_TORCH.items() if torch.can_cast(src, dtype))
-        return cls(name, tuple(int(d) for d in shape), dtype, frozenset(accepts))
+        py_ok = {py for py, src in _PY_TO_TORCH.items() if torch.can_cast(src, dtype)}
+        if dtype in _NARROW_INTS:
+            py_ok.discard(int)  # range-checked on the slow path instead
+        accepts.update(py_ok)
+        scalars = set(py_ok)
+        scalars.update(npd.type for npd in accepts if isinstance(npd, np.dtype))
+        return cls(
+            name, tuple(int(d) for d in shape), dtype, frozenset(accepts), frozenset(scalars)
+        )
 
     @property
     def item_nbytes(self) -> int:

@@ -184,7 +184,7 @@ class RowIndex:
             return None
         name = field[len("exp_meta.") :]
         values = [cond["value"]] if op == "eq" else list(cond["value"])
-        values = [v for v in dict.fromkeys(v for v in values if isinstance(v, str))]
+        values = list(dict.fromkeys(v for v in values if isinstance(v, str)))
         if name == "task_id":
             return {v: self.tasks[v] for v in values if v in self.tasks}, True
         if name not in self.index:

@@ -132,6 +132,7 @@ class MultiProcMemoryStorage(Storage):
         if self._pos < state["end"]:
             for entry in self._log[self._pos - state["base"] : state["end"] - state["base"]]:
                 self._apply(entry)
+            self._dead_prefix(state)  # forget entries whose rows are all gone
         return state
 
     def _apply(self, entry: tuple[int, list[tuple[Any, ...]], list[int]]) -> None:

@@ -38,7 +38,7 @@ from replaystore.experience.storage.base import (
     check_page,
     choose,
 )
-from replaystore.sampling import SeedLike
+from replaystore.sampling import SeedLike, as_generator
 
 __all__ = ["SqliteStorage"]
 
@@ -81,6 +81,11 @@ _INSERT = (
 )
 _CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
 
+# Connections inherited through fork(). They must never be used or closed in the
+# child: closing one could checkpoint and delete the WAL under the parent's feet.
+# Keeping a reference stops the garbage collector from closing them.
+_INHERITED: list[sqlite3.Connection] = []
+
 
 class SqliteStorage(Storage):
     """Rows in one SQLite file, safe for many writer and reader processes.
@@ -112,7 +117,7 @@ class SqliteStorage(Storage):
         self.path = Path(path)
         self.timeout = float(timeout)
         self._conn: sqlite3.Connection | None = None
-        self._pid = -1
+        self._pid = os.getpid()
         self._lock = threading.RLock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._connect()
@@ -131,14 +136,23 @@ class SqliteStorage(Storage):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._conn = None
-        self._pid = -1
+        self._pid = os.getpid()
         self._lock = threading.RLock()
 
+    def _guard(self) -> threading.RLock:
+        """This process's thread lock; after a fork, forget the parent's lock and connection."""
+        if self._pid != os.getpid():
+            if self._conn is not None:
+                _INHERITED.append(self._conn)
+                self._conn = None
+            self._lock = threading.RLock()
+            self._pid = os.getpid()
+        return self._lock
+
     def _connect(self) -> sqlite3.Connection:
-        if self._conn is not None and self._pid == os.getpid():
+        self._guard()
+        if self._conn is not None:
             return self._conn
-        # After a fork the parent's connection must not be used (or closed) here.
-        self._conn = None
         try:
             conn = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
@@ -152,6 +166,14 @@ class SqliteStorage(Storage):
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 conn.execute("PRAGMA synchronous = NORMAL")
                 conn.execute("BEGIN IMMEDIATE")
+                columns = [r[1] for r in conn.execute("PRAGMA table_info(rows)")]
+                if columns and columns != ["seq", "id", *META_FIELDS, "data"]:
+                    conn.execute("ROLLBACK")
+                    conn.close()
+                    raise StorageError(
+                        f"{self.path} has a 'rows' table that is not a replaystore "
+                        f"experience table (columns {columns})"
+                    )
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)
@@ -172,20 +194,19 @@ class SqliteStorage(Storage):
         if str(mode).lower() != "wal":
             log.warning("%s: journal_mode is %s, not WAL", self.path, mode)
         self._conn = conn
-        self._pid = os.getpid()
         return conn
 
     def close(self) -> None:
         """Close this process's connection (it reopens on the next call)."""
-        with self._lock:
-            if self._conn is not None and self._pid == os.getpid():
+        with self._guard():
+            if self._conn is not None:
                 self._conn.close()
             self._conn = None
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         """A read transaction: one consistent snapshot for several statements."""
-        with self._lock:
+        with self._guard():
             conn = self._connect()
             conn.execute("BEGIN")
             try:
@@ -195,7 +216,7 @@ class SqliteStorage(Storage):
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._guard():
             conn = self._connect()
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -214,7 +235,8 @@ class SqliteStorage(Storage):
         if data_batch is None or isinstance(data_batch, DataRow | Mapping):
             raise SchemaError(f"add_batch expects a list of DataRow, got {type(data_batch)}")
         encoded = [
-            encode_row(row, _where or f"data_batch[{i}]") for i, row in enumerate(data_batch)
+            encode_row(row, _where or f"data_batch[{i}]", decode=False)
+            for i, row in enumerate(data_batch)
         ]
         if not encoded:
             return
@@ -313,10 +335,8 @@ class SqliteStorage(Storage):
         if left is None:
             conn.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
         else:
-            conn.execute(
-                "UPDATE tasks SET n_rows = n_rows - ?, first_seq = ? WHERE task_id = ?",
-                (n, left, task_id),
-            )
+            # first_seq stays the task's first row ever: tasks keep their age order.
+            conn.execute("UPDATE tasks SET n_rows = n_rows - ? WHERE task_id = ?", (n, task_id))
 
     def clear(self) -> None:
         with self._write() as conn:
@@ -393,14 +413,17 @@ class SqliteStorage(Storage):
             return self._task_ids(conn, query_condition)
 
     def _task_ids(self, conn: sqlite3.Connection, cond: Condition | None) -> list[str]:
+        # Oldest task first, as every storage orders them: the same seed then picks
+        # the same tasks from the same rows whichever storage holds them.
         if cond is None:
             sql, params = "SELECT task_id FROM tasks ORDER BY first_seq", []
         else:
             where, params = compile_sql(cond)
-            sql = f"SELECT DISTINCT task_id FROM rows WHERE {where}"
-        ids = [r[0] for r in conn.execute(sql, params)]
-        # A deterministic order (the same store gives the same list) for seeded sampling.
-        return ids if cond is None else sorted(ids)
+            sql = (
+                "SELECT task_id FROM tasks WHERE task_id IN "
+                f"(SELECT task_id FROM rows WHERE {where}) ORDER BY first_seq"
+            )
+        return [r[0] for r in conn.execute(sql, params)]
 
     def sample_task_ids(
         self, batch_size: int, query_condition: Condition | None = None, rng: SeedLike = None
@@ -436,12 +459,46 @@ class SqliteStorage(Storage):
         k = check_count(batch_size)
         where, params = compile_sql(query_condition)
         with self._read() as conn:
-            seqs = np.fromiter(
-                (r[0] for r in conn.execute(f"SELECT seq FROM rows WHERE {where}", params)),
-                dtype=np.int64,
-            )
+            if query_condition is None:
+                picked = self._sample_all_seqs(conn, k, rng)
+                if picked is not None:
+                    return self._fetch_seqs(conn, picked)
+            cursor = conn.execute(f"SELECT seq FROM rows WHERE {where} ORDER BY seq", params)
+            seqs = np.fromiter((r[0] for r in cursor), dtype=np.int64)
             picked = seqs[choose(len(seqs), k, rng)].tolist()
             return self._fetch_seqs(conn, picked)
+
+    def _sample_all_seqs(self, conn: sqlite3.Connection, k: int, rng: SeedLike) -> list[int] | None:
+        """k distinct live seqs by rejection from [min, max] when live seqs are dense there.
+
+        Cost O(k) index lookups instead of reading every seq; ``None`` when the
+        range is sparse or k is a large part of the store (the caller reads all).
+        """
+        total = self._count(conn)
+        # Two statements: SQLite answers a lone min() or max() from the index in O(log n).
+        lo = conn.execute("SELECT min(seq) FROM rows").fetchone()[0]
+        hi = conn.execute("SELECT max(seq) FROM rows").fetchone()[0]
+        if lo is None or (hi - lo + 1) > 2 * total or 4 * k > total:
+            return None
+        gen = as_generator(rng)
+        picked: dict[int, None] = {}
+        while len(picked) < k:
+            need = k - len(picked)
+            cand = [int(c) for c in gen.integers(lo, hi + 1, size=2 * need + 8)]
+            live: set[int] = set()
+            for start in range(0, len(cand), _CHUNK):
+                chunk = cand[start : start + _CHUNK]
+                marks = ", ".join("?" * len(chunk))
+                live.update(
+                    r[0]
+                    for r in conn.execute(f"SELECT seq FROM rows WHERE seq IN ({marks})", chunk)
+                )
+            for c in cand:
+                if c in live and c not in picked:
+                    picked[c] = None
+                    if len(picked) == k:
+                        break
+        return list(picked)
 
     def integrity_check(self) -> str:
         """``PRAGMA integrity_check`` of the file: ``"ok"`` when it is sound."""
