@@ -311,3 +311,16 @@ def test_memmap_buffer_without_path_removes_its_directory_on_close() -> None:
     assert directory is not None and Path(directory).is_dir()
     buf.close()
     assert not Path(directory).exists()
+
+
+def test_sampled_tensordicts_behave_like_ordinary_ones(make_buffer) -> None:
+    buf = make_buffer(10, sampler="prioritized")
+    buf.add_batch(batch(range(10)))
+    for out in (buf.sample_batch(6), buf.sample_by_index([1, 2, 3, 4, 5, 6]), buf.sample_all()):
+        assert out.device == torch.device("cpu")
+        assert out[:2].batch_size == torch.Size([2])
+        assert out.to("cpu")["obs"].shape[1:] == (3,)
+        doubled = out.apply(lambda t: t * 2)
+        assert torch.equal(doubled["action"], out["action"] * 2)
+        again = TensorDict({k: out[k] for k in out.keys()}, batch_size=out.batch_size)  # noqa: SIM118
+        assert again.batch_size == out.batch_size

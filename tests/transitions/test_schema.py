@@ -132,3 +132,25 @@ def test_bfloat16_columns_round_trip(make_buffer) -> None:
     out = buf.sample_all()["h"]
     assert out.dtype == torch.bfloat16
     assert out.float().tolist() == [[1.5, -2.0], [3.0, 4.0], [5.0, 6.0]]
+
+
+def test_python_int_out_of_range_of_a_narrow_column_is_rejected(make_buffer) -> None:
+    buf = make_buffer(2)
+    buf.add_batch({"a": np.array([1, 2], np.int8), "x": np.zeros(2)})
+    with pytest.raises(SchemaError, match=r"'a'.*300"):
+        buf.add({"a": 300, "x": 5.0})
+    assert buf.sample_all()["a"].tolist() == [1, 2]
+    assert buf.sample_all()["x"].tolist() == [0.0, 0.0]
+    buf.add({"a": -7, "x": 5.0})  # in range: fine
+    assert buf.sample_all()["a"].tolist() == [-7, 2]
+
+
+def test_tensors_that_require_grad_are_stored_detached(make_buffer) -> None:
+    buf = make_buffer(4)
+    w = torch.nn.Parameter(torch.ones(3))
+    buf.add({"w": w * 2})
+    buf.add({"w": w})
+    buf.add_batch({"w": torch.stack([w, w])})
+    out = buf.sample_all()["w"]
+    assert not out.requires_grad
+    assert out.tolist() == [[2.0] * 3, [1.0] * 3, [1.0] * 3, [1.0] * 3]

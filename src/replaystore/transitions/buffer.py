@@ -54,8 +54,6 @@ __all__ = ["ReplayBuffer"]
 logger = logging.getLogger(__name__)
 
 Indices = Sequence[int] | torch.Tensor | range | np.ndarray
-_PY_SCALARS = (bool, int, float, complex)
-_PY_SCALAR_SET = frozenset(_PY_SCALARS)
 _MISSING = object()  # has no shape: a missing key fails the fast check
 
 
