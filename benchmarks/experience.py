@@ -109,6 +109,18 @@ def time_store(store: Storage, rows: list[DataRow], batch: int) -> float:
     return time.perf_counter() - start
 
 
+def chunk_times(store: Storage, rows: list[DataRow], chunk: int) -> list[float]:
+    """Seconds taken by each successive ``chunk`` of single-row stores into one store."""
+    buf = ReplayBuffer(store)
+    times = []
+    for i in range(0, len(rows), chunk):
+        start = time.perf_counter()
+        for row in rows[i : i + chunk]:
+            buf.store(row)
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def _writer(path: str, writer: int, n: int, ready, go) -> None:
     rows = make_rows(n, writer)
     buf = ReplayBuffer(SqliteStorage(path))
@@ -191,6 +203,16 @@ def main(argv: list[str] | None = None) -> None:
                 f"took {ratio:.1f}x the time, best of 3 runs each "
                 "(target: 10x rows -> <= 12x time)."
             )
+        # Cost per row as the store grows, in one run: flat means O(1) per row.
+        n_chunks = 10
+        chunk = mp_sizes[-1] // n_chunks
+        times = chunk_times(stores.make("multiproc"), make_rows(mp_sizes[-1]), chunk)
+        print(
+            f"Per-row cost as the store fills ({chunk:,}-row chunks of one "
+            f"{mp_sizes[-1]:,}-row run): first chunk {times[0] / chunk * 1e6:.0f} us/row, "
+            f"last {times[-1] / chunk * 1e6:.0f} us/row, median "
+            f"{statistics.median(times) / chunk * 1e6:.0f} us/row."
+        )
 
         per_writer = 2_500 if args.quick else 25_000
         rate = sqlite_four_writers(stores, per_writer)

@@ -37,6 +37,7 @@ from replaystore.errors import ReplayStoreError
 __all__ = ["main"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+CHECKPOINT_FORMAT_PREFIX = "replaystore.transitions.checkpoint/"
 
 
 class _UsageError(Exception):
@@ -123,16 +124,17 @@ def _detect(path: Path) -> tuple[str, Path]:
     Raises:
         _UsageError: ``path`` does not exist or is none of the known kinds.
     """
-    from replaystore.trajectories.storage import TrajectoryStorage
-
     if path.is_dir():
-        if TrajectoryStorage(path).files():
-            return "trajectory_storage", path
+        # Cheap checks first: the trajectory storage import pulls in torch.
         if (path / "buffer.json").is_file():
             return "transitions_memmap", path
         checkpoints = sorted(path.glob("*.metadata"))
         if len(checkpoints) == 1:
             return "transitions_checkpoint", checkpoints[0]
+        from replaystore.trajectories.storage import TrajectoryStorage
+
+        if TrajectoryStorage(path).files():
+            return "trajectory_storage", path
         raise _UsageError(
             f"{path} is a directory with no trajectory iteration files (iteration_*.jsonl), "
             "no memory-mapped transitions buffer (buffer.json) and no single checkpoint "
@@ -145,6 +147,12 @@ def _detect(path: Path) -> tuple[str, Path]:
             return "sqlite_experience_store", path
         if path.name.endswith(".metadata"):
             return "transitions_checkpoint", path
+        if path.name == "buffer.json":
+            return "transitions_memmap", path.parent
+        if path.name.startswith("iteration_") and path.suffix == ".jsonl":
+            raise _UsageError(
+                f"{path} is one trajectory iteration file: pass its directory ({path.parent})"
+            )
         raise _UsageError(
             f"cannot tell what {path} is: expected a trajectory storage directory, a SQLite "
             "experience store, a transitions checkpoint (<name>.metadata) or a memmap "
@@ -284,8 +292,6 @@ def _fields(meta: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _checkpoint_stats(meta_path: Path) -> dict[str, Any]:
-    from replaystore.transitions.checkpoint import CHECKPOINT_FORMAT
-
     meta = _load_json(meta_path)
     keys = {"buffer_size", "data_size", "pointer"}
     if not isinstance(meta, dict) or not keys <= meta.keys():
@@ -299,9 +305,14 @@ def _checkpoint_stats(meta_path: Path) -> dict[str, Any]:
         "data_size": meta["data_size"],
         "pointer": meta["pointer"],
     }
-    if meta.get("format") != CHECKPOINT_FORMAT:
+    fmt = meta.get("format")
+    if fmt is None:
         out["note"] = "metadata only (ObjectRL's format): no transitions are stored"
         return out
+    # The format tag is part of the file format (replaystore.transitions.checkpoint);
+    # matching it here avoids importing torch and tensordict for a summary.
+    if not str(fmt).startswith(CHECKPOINT_FORMAT_PREFIX):
+        raise _UsageError(f"{meta_path} has an unknown checkpoint format {fmt!r}")
     sampler = dict(meta.get("sampler") or {})
     sampler.pop("priorities", None)
     data_dir = meta_path.parent / str(meta.get("data_dir"))
@@ -435,9 +446,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
             else:
                 weights = recency_weights(pool, args.recency_bias_power)
                 order = weighted_sample_without_replacement(weights, k, gen)
-        items = [buffer[int(i)] for i in order]
+        items = [int(i) for i in order]
         what = "samples"
-    samples = list(_progress(items, len(items), "reading samples"))
+    # Materialise each sample (parse or build its prompt) under the progress bar.
+    read = (buffer[i] for i in items) if args.all else iter(items)
+    samples = list(_progress(read, len(items), "reading samples"))
     report = export_llamafactory(
         samples,
         Path(args.out),
@@ -551,7 +564,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--out", default="demo-output", help="output directory (default: %(default)s)"
     )
-    demo.add_argument("--quick", action="store_true", help="smaller runs (for CI): a minute or so")
+    demo.add_argument(
+        "--quick", action="store_true", help="smaller runs (for CI): well under a minute in total"
+    )
     demo.add_argument(
         "--part", action="append", help="run only this part (repeatable); default: all"
     )

@@ -46,6 +46,7 @@ def test_sharegpt_export_with_recency_bias_and_validation_split(trajectory_store
         "web",
     )
     assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""  # no progress bar when stderr is not a terminal
     assert "exported 2 train + 1 validation records (sharegpt) from 3 of 4" in proc.stdout
     assert str(out / "web.json") in proc.stdout
     info = json.loads((out / "dataset_info.json").read_text())

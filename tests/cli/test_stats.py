@@ -104,6 +104,19 @@ def test_objectrl_metadata_only_checkpoint(tmp_path):
     assert "metadata only" in summary["note"]
 
 
+def test_checkpoint_format_tag_matches_what_the_transitions_buffer_writes():
+    from replaystore.cli import CHECKPOINT_FORMAT_PREFIX
+    from replaystore.transitions.checkpoint import CHECKPOINT_FORMAT
+
+    assert CHECKPOINT_FORMAT.startswith(CHECKPOINT_FORMAT_PREFIX)
+
+
+def test_metadata_file_of_an_unknown_format_is_a_one_line_error(tmp_path):
+    path = tmp_path / "x.metadata"
+    path.write_text(json.dumps({"buffer_size": 1, "data_size": 0, "pointer": 0, "format": "v9"}))
+    assert_one_line_error(run_cli("stats", path), "stats", "unknown checkpoint format 'v9'")
+
+
 def test_memmap_buffer_directory(memmap_dir):
     summary = stats_json(memmap_dir)
     assert summary["kind"] == "transitions_memmap"
@@ -125,3 +138,12 @@ def test_unknown_file_is_a_one_line_error(tmp_path):
 def test_directory_of_something_else_is_a_one_line_error(tmp_path):
     (tmp_path / "a.txt").write_text("x")
     assert_one_line_error(run_cli("stats", tmp_path), "stats", "no trajectory iteration files")
+
+
+def test_memmap_buffer_json_file_names_its_directory(memmap_dir):
+    assert stats_json(memmap_dir / "buffer.json") == stats_json(memmap_dir)
+
+
+def test_a_single_iteration_file_points_to_its_directory(trajectory_store):
+    path = sorted(trajectory_store.glob("iteration_*.jsonl"))[0]
+    assert_one_line_error(run_cli("stats", path), "stats", f"pass its directory ({path.parent})")

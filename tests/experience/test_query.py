@@ -188,3 +188,11 @@ def test_sql_binds_values_as_parameters():
     )
     assert evil not in sql
     assert params.count(evil) == 2
+
+
+def test_numpy_values_become_python_values():
+    import numpy as np
+
+    assert q().eq("exp_meta.step", np.int64(3)).build()["value"] == 3
+    assert q().in_("exp_meta.step", np.array([1, 2])).build()["value"] == [1, 2]
+    assert type(q().gt("exp_data.reward_t", np.float32(0.5)).build()["value"]) is float

@@ -19,7 +19,8 @@ SCALAR = st.one_of(TEXT, NUMBER, st.booleans())
 JSONV = st.recursive(
     st.one_of(st.none(), SCALAR),
     lambda inner: st.one_of(
-        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("xyz"), inner, max_size=3)
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["x", "y", "z", "ü"]), inner, max_size=3),
     ),
     max_leaves=6,
 )
@@ -36,6 +37,7 @@ FIELDS = [
     "exp_data.state.x",
     "exp_data.state.x.y",
     "exp_data.state.y",
+    "exp_data.state.ü",
     "exp_data.state.z.0",
     "exp_data.actions.0",
     "exp_data.messages",

@@ -5,16 +5,17 @@ from __future__ import annotations
 import multiprocessing
 import time
 
+# The seed's module paths, with `aworld.replay_buffer` replaced by `replaystore.experience`.
 from replaystore.experience import (
     DataRow,
     DefaultConverter,
     Experience,
     ExpMeta,
-    MultiProcMemoryStorage,
-    QueryBuilder,
     RandomTaskSample,
     ReplayBuffer,
 )
+from replaystore.experience.query_filter import QueryBuilder
+from replaystore.experience.storage.multi_proc_mem import MultiProcMemoryStorage
 
 from .helpers import ActionModel, Observation, episode
 

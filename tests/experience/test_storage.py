@@ -317,3 +317,20 @@ def test_sqlite_file_of_another_application_is_a_storage_error(tmp_path):
     con.close()
     with pytest.raises(StorageError, match="not a replaystore"):
         SqliteStorage(path)
+
+
+def test_non_ascii_keys_and_values_are_queryable_in_every_storage(make_storage):
+    store = make_storage()
+    store.add(make_row(state={"größe": "straße 😀"}, agent_id="agént"))
+    assert store.size(QueryBuilder().eq("exp_data.state.größe", "straße 😀").build()) == 1
+    assert store.size(QueryBuilder().like("exp_data.state.größe", "😀").build()) == 1
+    assert store.size(QueryBuilder().eq("exp_meta.agent_id", "agént").build()) == 1
+
+
+def test_text_that_is_not_valid_unicode_is_rejected(make_storage):
+    store = make_storage()
+    with pytest.raises(SchemaError, match=r"exp_data\.state"):
+        store.add(make_row(state={"k": "\ud800"}))
+    with pytest.raises(SchemaError, match="task_id"):
+        store.add(make_row("bad\udfff"))
+    assert store.size() == 0

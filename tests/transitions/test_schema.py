@@ -134,15 +134,26 @@ def test_bfloat16_columns_round_trip(make_buffer) -> None:
     assert out.float().tolist() == [[1.5, -2.0], [3.0, 4.0], [5.0, 6.0]]
 
 
-def test_python_int_out_of_range_of_a_narrow_column_is_rejected(make_buffer) -> None:
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        (np.array([1, 2], np.int8), 300),
+        (np.array([1, 2], np.int8), np.int64(300)),
+        (np.array([1, 2], np.uint8), -1),
+        (np.array([1, 2], np.int64), 2**70),
+        (np.array([1.0, 2.0], np.float32), 10**400),
+    ],
+    ids=["int-into-int8", "np.int64-into-int8", "negative-into-uint8", "2**70", "10**400"],
+)
+def test_integer_scalar_out_of_the_column_range_is_rejected(make_buffer, column, value) -> None:
     buf = make_buffer(2)
-    buf.add_batch({"a": np.array([1, 2], np.int8), "x": np.zeros(2)})
-    with pytest.raises(SchemaError, match=r"'a'.*300"):
-        buf.add({"a": 300, "x": 5.0})
-    assert buf.sample_all()["a"].tolist() == [1, 2]
+    buf.add_batch({"x": np.zeros(2), "a": column})  # full: a partial write would show
+    with pytest.raises(SchemaError, match=r"'a'.*does not fit"):
+        buf.add({"x": 5.0, "a": value})
+    assert buf.sample_all()["a"].tolist() == column.tolist()
     assert buf.sample_all()["x"].tolist() == [0.0, 0.0]
-    buf.add({"a": -7, "x": 5.0})  # in range: fine
-    assert buf.sample_all()["a"].tolist() == [-7, 2]
+    buf.add({"x": 5.0, "a": 1})  # in range: fine
+    assert buf.sample_all()["a"].tolist()[0] == 1
 
 
 def test_tensors_that_require_grad_are_stored_detached(make_buffer) -> None:

@@ -31,6 +31,8 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from replaystore.errors import QueryError
 from replaystore.experience.rows import META_FIELDS, PAYLOAD_FIELDS, DataRow
 
@@ -86,6 +88,9 @@ class QueryBuilder:
         self.logical_ops: list[str] = []
 
     def _leaf(self, field: str, op: str, value: Any = _MISSING) -> QueryBuilder:
+        value = _plain(value)
+        if isinstance(value, list | tuple):
+            value = [_plain(v) for v in value]
         cond: Condition = {"field": field, "op": op}
         if value is not _MISSING:
             cond = {"field": field, "value": value, "op": op}
@@ -200,6 +205,13 @@ class QueryBuilder:
         return terms[0] if len(terms) == 1 else {"or_": terms}
 
 
+def _plain(value: Any) -> Any:
+    """NumPy values as Python ones (``np.int64(3)`` -> ``3``, arrays -> lists); else unchanged."""
+    if isinstance(value, np.generic | np.ndarray):
+        return value.tolist()
+    return value
+
+
 def _parse_field(field: Any) -> tuple[str, tuple[str, ...]]:
     """Split a dotted field into (root, rest), checking it names something a row has."""
     if not isinstance(field, str) or not field:
@@ -221,8 +233,10 @@ def _parse_field(field: Any) -> tuple[str, tuple[str, ...]]:
             raise QueryError(
                 f"unknown field {field!r}: exp_data fields are {', '.join(PAYLOAD_FIELDS)}"
             )
-        if any('"' in p or "\\" in p for p in parts):
-            raise QueryError(f"field {field!r}: segments may not contain '\"' or '\\'")
+        if any('"' in p or "\\" in p or not p.isprintable() for p in parts):
+            raise QueryError(
+                f"field {field!r}: segments may not contain '\"', '\\' or control characters"
+            )
     else:
         raise QueryError(f"unknown field {field!r}: a field starts with exp_meta, exp_data or id")
     return root, parts[1:]

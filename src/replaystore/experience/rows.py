@@ -180,7 +180,10 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"object of type {type(obj).__name__} is not JSON serialisable")
 
 
-_ENCODER = json.JSONEncoder(default=_json_default, allow_nan=False, separators=(",", ":"))
+# Raw UTF-8 (no \u escapes): SQLite's JSON paths match object keys by their text as stored.
+_ENCODER = json.JSONEncoder(
+    default=_json_default, allow_nan=False, ensure_ascii=False, separators=(",", ":")
+)
 _dumps = _ENCODER.encode
 _loads = json.JSONDecoder().decode
 
@@ -197,9 +200,20 @@ def to_json_value(value: Any, where: str = "value") -> Any:
             or a NaN/infinite float.
     """
     try:
-        return _loads(_dumps(value))
+        text = _dumps(value)
+        _check_utf8(text)
+        return _loads(text)
     except (TypeError, ValueError) as exc:
         raise SchemaError(f"{where}: {exc}") from exc
+
+
+def _check_utf8(text: str) -> None:
+    """Raise ValueError for text that is not valid Unicode (lone surrogates)."""
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"text is not valid Unicode: {exc.reason} at {exc.start}") from None
 
 
 @dataclass(slots=True)
@@ -214,6 +228,10 @@ def _check_str(value: Any, name: str, row_id: str, *, optional: bool) -> str | N
     if value is None and optional:
         return None
     if isinstance(value, str):
+        try:
+            _check_utf8(value)
+        except ValueError as exc:
+            raise SchemaError(f"row {row_id!r}: exp_meta.{name}: {exc}") from None
         return value
     kind = "a string or None" if optional else "a string"
     raise SchemaError(f"row {row_id!r}: exp_meta.{name} must be {kind}, got {value!r}")
@@ -223,14 +241,15 @@ def _check_meta(meta: Any, row_id: str) -> ExpMeta:
     if (
         type(meta) is ExpMeta
         and type(meta.task_id) is str
+        and meta.task_id.isascii()
         and type(meta.step) is int
         and type(meta.execute_time) is float
         and math.isfinite(meta.execute_time)
         and -(2**63) <= meta.step < 2**63
-        and (meta.task_name is None or type(meta.task_name) is str)
-        and (meta.agent_id is None or type(meta.agent_id) is str)
-        and (meta.pre_agent is None or type(meta.pre_agent) is str)
-    ):  # the common case, checked cheaply
+        and (meta.task_name is None or (type(meta.task_name) is str and meta.task_name.isascii()))
+        and (meta.agent_id is None or (type(meta.agent_id) is str and meta.agent_id.isascii()))
+        and (meta.pre_agent is None or (type(meta.pre_agent) is str and meta.pre_agent.isascii()))
+    ):  # the common case (ASCII strings, exact types), checked cheaply
         return ExpMeta(
             meta.task_id,
             meta.task_name,
@@ -306,7 +325,7 @@ def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedR
             missing, a metadata field has the wrong type, or the payload is not
             JSON-serialisable (the message names the row id and the field).
 
-    Cost: one ``json.dumps`` and one ``json.loads`` of the payload.
+    Cost: one ``json.dumps`` of the payload, and one ``json.loads`` when ``decode``.
     """
     if row is None:
         raise SchemaError(f"{where} is None; expected a DataRow")
@@ -317,6 +336,10 @@ def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedR
     row_id = row.id
     if not isinstance(row_id, str) or not row_id:
         raise SchemaError(f"{where}: id must be a non-empty string, got {row_id!r}")
+    try:
+        _check_utf8(row_id)
+    except ValueError as exc:
+        raise SchemaError(f"{where}: id {row_id!r}: {exc}") from None
     meta = _check_meta(row.exp_meta, row_id)
     exp = row.exp_data
     if exp is None:
@@ -328,10 +351,11 @@ def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedR
     payload = {name: getattr(exp, name) for name in PAYLOAD_FIELDS}
     try:
         text = _dumps(payload)
+        _check_utf8(text)
     except (TypeError, ValueError) as exc:
         for name, value in payload.items():  # find the field to name in the error
             try:
-                _dumps(value)
+                _check_utf8(_dumps(value))
             except (TypeError, ValueError) as field_exc:
                 raise SchemaError(
                     f"row {row_id!r}: exp_data.{name} cannot be stored as JSON: {field_exc}"

@@ -211,12 +211,15 @@ class ReplayBuffer:
         self._column_items: list[tuple[str, torch.Tensor]] = []
         self._scalar_ok: list[frozenset[type]] = []
         self._numpy_rows = False
-        self._add_plan: list[tuple[str, frozenset[type], tuple[int, ...], frozenset[Any]]] = []
+        self._add_plan: list[
+            tuple[str, frozenset[type], tuple[int, ...], frozenset[Any], int, int]
+        ] = []
         self._batch_shapes: dict[int, list[tuple[int, ...]]] = {}
         self._size = 0
         self._ptr = 0
         self._iterator: Iterator[TensorDict] | None = None
         self._batch_device = None if self.device == self.storing_device else self.device
+        self._rand_device = {} if on_cpu else {"device": self.storing_device}
         if self._path is not None:
             self._reopen(self._path)
 
@@ -315,9 +318,10 @@ class ReplayBuffer:
         # NumPy scalars of an accepted kind, for columns of item shape ().
         self._scalar_ok = [f.scalar_types if not f.shape else frozenset() for f in storage.fields]
         self._numpy_rows = all(a is not None for a in self._arrays)
-        self._add_plan = list(
-            zip(self._names, self._scalar_ok, self._shapes, self._accepts, strict=True)
-        )
+        self._add_plan = [
+            (f.name, ok, f.shape, f.accepts, *f.int_range)
+            for f, ok in zip(storage.fields, self._scalar_ok, strict=True)
+        ]
         self._batch_shapes = {}
         if old is not None and old is not storage:
             old.close()
@@ -447,14 +451,15 @@ class ReplayBuffer:
             raise err
         out: dict[str, Any] = {}
         for k, v in exp.items():
-            if isinstance(v, torch.Tensor | np.ndarray | np.generic):
+            npd = numpy_dtype(self._fields[k].dtype)
+            integer = isinstance(v, int | np.integer)
+            if isinstance(v, torch.Tensor | np.ndarray) or (npd is None and not integer):
                 out[k] = v
                 continue
-            npd = numpy_dtype(self._fields[k].dtype)
             try:
-                # Python ints are range-checked here (NumPy raises OverflowError), so
-                # the write itself cannot fail half-way through a row.
-                out[k] = np.asarray(v, dtype=npd) if isinstance(v, int) else np.asarray(v)
+                # Integer scalars are range-checked here (NumPy raises OverflowError
+                # for them), so the write itself cannot fail half-way through a row.
+                out[k] = np.asarray(int(v), dtype=npd) if integer else np.asarray(v)
             except (OverflowError, ValueError) as exc:
                 raise SchemaError(f"key {k!r}: {v!r} does not fit the column: {exc}") from exc
         return out
@@ -488,11 +493,14 @@ class ReplayBuffer:
             fast = len(experience) == len(self._names)
             tensors = False
             if fast:
-                for name, scalar_ok, shape, accepts in self._add_plan:
+                for name, scalar_ok, shape, accepts, lo, hi in self._add_plan:
                     v = experience.get(name, _MISSING)
                     append(v)
                     t = type(v)
                     if t in scalar_ok:
+                        if t is int and not lo <= v <= hi:  # NumPy would raise mid-row
+                            fast = False
+                            break
                         continue
                     if t is np.ndarray:
                         if v.shape != shape or v.dtype not in accepts:
@@ -573,7 +581,10 @@ class ReplayBuffer:
                 for v, arr, col in zip(values, self._arrays, self._columns, strict=True):
                     _write_rows(col, arr, start, v[n - m :] if n > m else v)
             if self._prio is not None:
-                self._prio.mark_new_many((start + np.arange(m, dtype=np.int64)) % cap)
+                slots = np.arange(start, start + m, dtype=np.int64)
+                if start + m > cap:
+                    slots %= cap
+                self._prio.mark_new_many(slots)
             self._ptr = (ptr + n) % cap
             if self._size < cap:
                 self._size = min(self._size + n, cap)
@@ -646,14 +657,14 @@ class ReplayBuffer:
             n = _positive_int(batch_size, "batch_size")
         with self._lock:
             if self._prio is None and self._size:
-                idx = torch.randint(
-                    self._size, (n,), generator=self._gen, device=self.storing_device
-                )
+                # The device keyword costs ~1 us on CPU; CUDA generators need it.
+                idx = torch.randint(self._size, (n,), generator=self._gen, **self._rand_device)
                 if self._batch_device is None:
                     out = {name: col.index_select(0, idx) for name, col in self._column_items}
                     return _tensordict(out, n, self.device)
                 return self._gather(idx)
             self._require_items()
+            assert self._prio is not None  # uniform buffers with items returned above
             slots, weights = self._prio.sample(n, self._np_rng)
             idx = torch.from_numpy(slots).to(self.storing_device)
             weight = torch.from_numpy(weights).to(self.storing_device)

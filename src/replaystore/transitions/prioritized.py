@@ -49,8 +49,10 @@ def as_index_array(indices: object) -> NDArray[np.int64]:
 
 def check_stored(idx: NDArray[np.int64], size: int) -> None:
     """Raise BufferIndexError naming the first index outside ``[0, size)``."""
-    if idx.size and (idx.min() < 0 or idx.max() >= size):
-        bad = int(idx[(idx < 0) | (idx >= size)][0])
+    # One pass: negative int64 values are huge as uint64.
+    outside = idx.view(np.uint64) >= size
+    if outside.any():
+        bad = int(idx[outside][0])
         raise BufferIndexError(
             f"index {bad} is out of range: the buffer stores {size} items (valid: 0..{size - 1})"
             if size
@@ -99,7 +101,8 @@ class PriorityIndex:
         parts = self._pending_arrays
         if self._pending_ints:
             parts = [*parts, np.asarray(self._pending_ints, dtype=np.int64)]
-        idx = np.unique(np.concatenate(parts))
+        # Repeats (a slot written twice) are harmless: they all get the same value.
+        idx = parts[0] if len(parts) == 1 else np.concatenate(parts)
         self.tree.update(idx, self.max_priority)
         self._pending_ints = []
         self._pending_arrays = []
@@ -128,23 +131,22 @@ class PriorityIndex:
         """
         idx = as_index_array(indices)
         if isinstance(priorities, torch.Tensor):
-            raw = priorities.detach().cpu().to(torch.float64).numpy().reshape(-1)
-        else:
-            try:
-                raw = np.asarray(priorities, dtype=np.float64).reshape(-1)
-            except (TypeError, ValueError) as exc:
-                raise PriorityError(f"priorities must be numbers: {exc}") from exc
+            priorities = priorities.detach().cpu().numpy()
+        try:
+            # A copy: the caller's array is never modified.
+            raw = np.array(priorities, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError) as exc:
+            raise PriorityError(f"priorities must be numbers: {exc}") from exc
         if raw.shape != idx.shape:
             raise PriorityError(f"got {idx.size} indices but {raw.size} priorities")
         check_stored(idx, size)
-        bad = ~np.isfinite(raw)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise PriorityError(f"priority for index {int(idx[i])} is {raw[i]} (must be finite)")
-        if (raw < 0).any():
-            i = int(np.flatnonzero(raw < 0)[0])
-            raise PriorityError(f"priority for index {int(idx[i])} is {raw[i]} (must be >= 0)")
-        return idx, (raw + self.eps) ** self.alpha
+        ok = (raw >= 0) & (raw < np.inf)  # False for NaN, inf and negatives
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            need = "must be >= 0" if raw[i] < 0 else "must be finite"
+            raise PriorityError(f"priority for index {int(idx[i])} is {raw[i]} ({need})")
+        raw += self.eps
+        return idx, raw if self.alpha == 1.0 else raw**self.alpha
 
     def update(self, idx: NDArray[np.int64], stored: NDArray[np.float64]) -> None:
         """Set already-validated stored priorities (see :meth:`check_update`)."""

@@ -56,7 +56,7 @@ DTYPES: dict[str, torch.dtype] = {
     "complex128": torch.complex128,
 }
 _NAMES = {dtype: name for name, dtype in DTYPES.items()}
-_NARROW_INTS = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32})
+INT64_RANGE = (-(2**63), 2**63 - 1)
 _TORCH_TO_NUMPY: dict[torch.dtype, np.dtype] = {
     dtype: np.dtype(name) for name, dtype in DTYPES.items() if name != "bfloat16"
 }
@@ -108,14 +108,30 @@ class FieldSpec:
                 if src in _TORCH_TO_NUMPY:
                     accepts.add(_TORCH_TO_NUMPY[src])
         py_ok = {py for py, src in _PY_TO_TORCH.items() if torch.can_cast(src, dtype)}
-        if dtype in _NARROW_INTS:
-            py_ok.discard(int)  # range-checked on the slow path instead
         accepts.update(py_ok)
+        # Scalars the add fast path writes without looking at their value. NumPy
+        # raises OverflowError for an integer scalar outside the column's range, so
+        # only NumPy integer types that always fit qualify (the others take the
+        # checked path); Python ints are range-checked against ``int_range``.
         scalars = set(py_ok)
-        scalars.update(npd.type for npd in accepts if isinstance(npd, np.dtype))
-        return cls(
-            name, tuple(int(d) for d in shape), dtype, frozenset(accepts), frozenset(scalars)
-        )
+        own = _TORCH_TO_NUMPY.get(dtype)
+        int_column = own is not None and own.kind in "iu"
+        for npd in accepts:
+            if isinstance(npd, np.dtype) and (
+                npd.kind not in "iu" or not int_column or np.can_cast(npd, own, "safe")
+            ):
+                scalars.add(npd.type)
+        item_shape = tuple(int(d) for d in shape)
+        return cls(name, item_shape, dtype, frozenset(accepts), frozenset(scalars))
+
+    @property
+    def int_range(self) -> tuple[int, int]:
+        """Python ints in this range are written without a further check."""
+        npd = _TORCH_TO_NUMPY.get(self.dtype)
+        if npd is not None and npd.kind in "iu":
+            info = np.iinfo(npd)
+            return int(info.min), int(info.max)
+        return INT64_RANGE
 
     @property
     def item_nbytes(self) -> int:

@@ -23,6 +23,9 @@ as long as the manager runs.
 Cost: an add or add_batch is a constant number of round trips to the manager
 (about six) plus the transfer of its rows: O(1) amortised per row. A read
 first fetches the log entries written since this process last looked.
+Memory: the manager holds the live rows (as JSON text) and every process that
+reads or writes holds a decoded copy of them; with many processes and a large
+capacity, prefer :class:`~replaystore.experience.storage.sqlite.SqliteStorage`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ sample on the same store.
 
 A process killed at any instant leaves the file consistent: a batch is in it
 whole or not at all (SQLite's journal), and ``PRAGMA integrity_check`` passes.
+Committed batches survive a process crash; after a power loss the last few
+commits may be missing (``synchronous=NORMAL``), but the file is not corrupt.
 """
 
 from __future__ import annotations
