@@ -363,3 +363,23 @@ def test_reset_removes_the_memmap_files(tmp_path: Path) -> None:
         assert not any(p.suffix == ".bin" for p in directory.iterdir())
     with ReplayBuffer("cpu", "cpu", 8, path=directory) as again:
         assert len(again) == 0
+
+
+def test_torch_rng_from_another_device_type_is_kept_with_a_warning(
+    make_buffer, ckpt: Path, caplog
+) -> None:
+    src = make_buffer(6, seed=1)
+    src.add_batch(batch(range(6)))
+    src.save(ckpt)
+    meta_path = ckpt.with_name("buffer.metadata")
+    meta = json.loads(meta_path.read_text())
+    assert meta["rng"]["torch_device"] == "cpu"
+    meta["rng"]["torch_device"] = "cuda"  # as a GPU buffer would have written it
+    meta_path.write_text(json.dumps(meta))
+    dst, twin = make_buffer(6, seed=7), make_buffer(6, seed=7)
+    with caplog.at_level("WARNING", logger="replaystore.transitions.buffer"):
+        dst.load(ckpt)
+    assert "keeps its own" in caplog.text
+    _assert_same_contents(src, dst)
+    twin.add_batch(batch(range(6)))  # dst's own generator was untouched by load
+    assert ids_of(dst.sample_batch(16)).tolist() == ids_of(twin.sample_batch(16)).tolist()

@@ -56,3 +56,12 @@ def test_cuda_prioritized_sampling_and_checkpoint(tmp_path: Path) -> None:
 def test_memmap_on_cuda_is_refused() -> None:
     with pytest.raises(ValueError, match="memmap"):
         ReplayBuffer("cuda", "cuda", 8, storage="memmap")
+
+
+def test_cpu_checkpoint_loads_into_a_cuda_buffer(tmp_path: Path) -> None:
+    src = ReplayBuffer("cpu", "cpu", 8, storage="memory", seed=1)
+    src.add_batch(batch(range(11)))
+    src.save(tmp_path / "ckpt")
+    dst = ReplayBuffer("cuda", "cuda", 8, seed=2)
+    dst.load(tmp_path / "ckpt")  # keeps its own CUDA RNG (logged)
+    assert ids_of(dst.sample_all(chronological=True)).tolist() == list(range(3, 11))

@@ -915,6 +915,7 @@ class ReplayBuffer:
             priorities=priorities,
             torch_rng=bytes(self._gen.get_state().numpy().tobytes()),
             numpy_rng=state,
+            torch_rng_device=self.storing_device.type,
         )
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -942,10 +943,12 @@ class ReplayBuffer:
 
         Restores the items, schema, pointer, priorities, ``beta`` and both random
         generators, so the next samples equal those the saved buffer would have
-        drawn. The checkpoint is verified (sizes, CRC-32) before the buffer
-        changes. Loading a uniform checkpoint into a prioritized buffer gives
-        every item priority 1; a prioritized checkpoint into a uniform buffer
-        ignores its priorities. The current epoch iterator is dropped.
+        drawn (for the torch generator: when both buffers store on the same
+        device type; across CPU and CUDA it keeps its own, with a warning). The
+        checkpoint is verified (sizes, CRC-32) before the buffer changes. Loading
+        a uniform checkpoint into a prioritized buffer gives every item priority
+        1; a prioritized checkpoint into a uniform buffer ignores its priorities.
+        The current epoch iterator is dropped.
 
         Raises:
             CheckpointError: no checkpoint, an ObjectRL metadata-only file, a
@@ -965,14 +968,28 @@ class ReplayBuffer:
                         f"checkpoint {path} was saved with {name}={snap.sampler[name]}, "
                         f"this buffer uses {name}={mine}"
                     )
-        torch_state = torch.frombuffer(bytearray(snap.torch_rng), dtype=torch.uint8)
-        probe = torch.Generator(device=self.storing_device)
+        # The torch generator lives on the storing device; its state only fits a
+        # generator of the same device type (CPU and CUDA states differ).
+        torch_state: torch.Tensor | None = torch.frombuffer(
+            bytearray(snap.torch_rng), dtype=torch.uint8
+        )
+        same_device = snap.torch_rng_device == self.storing_device.type
         try:
-            probe.set_state(torch_state)
+            if same_device:
+                torch.Generator(device=self.storing_device).set_state(torch_state)
             bitgen = np.random.PCG64()
             bitgen.state = snap.numpy_rng
         except (RuntimeError, TypeError, ValueError, KeyError) as exc:
             raise CheckpointError(f"checkpoint {path} has an unusable RNG state: {exc}") from exc
+        if not same_device:
+            logger.warning(
+                "checkpoint %s was saved with %s storage: its torch RNG state does not fit "
+                "this %s buffer, which keeps its own (uniform draws will differ)",
+                path,
+                snap.torch_rng_device,
+                self.storing_device.type,
+            )
+            torch_state = None
         with self._lock:
             if self._kind == "memmap":
                 storage: TensorStorage | MemmapStorage = MemmapStorage(
@@ -985,7 +1002,8 @@ class ReplayBuffer:
             self._install(storage)
             self._size, self._ptr = snap.size, snap.pointer
             self._iterator = None
-            self._gen.set_state(torch_state)
+            if torch_state is not None:
+                self._gen.set_state(torch_state)
             self._np_rng = np.random.Generator(bitgen)
             if self._prio is not None:
                 if snap.priorities is not None:

@@ -64,6 +64,7 @@ class Snapshot:
     priorities: np.ndarray | None
     torch_rng: bytes
     numpy_rng: dict[str, Any]
+    torch_rng_device: str = "cpu"
 
 
 def _paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -146,6 +147,7 @@ def write_checkpoint(path: str | os.PathLike[str], snap: Snapshot) -> Path:
         "sampler": sampler,
         "rng": {
             "torch": base64.b64encode(snap.torch_rng).decode("ascii"),
+            "torch_device": snap.torch_rng_device,
             "numpy": snap.numpy_rng,
         },
     }
@@ -252,4 +254,5 @@ def _parse(prefix: Path, meta: dict[str, Any]) -> Snapshot:
         priorities=priorities,
         torch_rng=base64.b64decode(rng["torch"], validate=True),
         numpy_rng=dict(rng["numpy"]),
+        torch_rng_device=str(rng.get("torch_device", "cpu")),
     )
