@@ -5,6 +5,8 @@ Stable on purpose (other benchmark scripts import it): add, do not change signat
 * :func:`median_seconds`: median wall time of a call, after warm-up.
 * :func:`median_block_seconds`: the same for a call repeated ``block`` times, divided by ``block``
   (for operations too short to time one at a time).
+* :func:`best_of_rounds`: the smallest of several such medians, taken in separate rounds
+  (on a shared machine, a burst of someone else's work spoils a round, not the figure).
 * :func:`markdown_table`: rows of cells as a Markdown table.
 * :func:`fmt_us`, :func:`fmt_rate`, :func:`fmt_ratio`: number formatting used in the tables.
 * :func:`machine_summary`: one line describing the interpreter, libraries and CPU.
@@ -17,8 +19,10 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 __all__ = [
+    "best_of_rounds",
     "fmt_rate",
     "fmt_ratio",
     "fmt_us",
@@ -55,6 +59,16 @@ def median_block_seconds(
         if r >= warmup_blocks:
             times.append((clock() - start) / block)
     return statistics.median(times)
+
+
+def best_of_rounds(
+    measure: Callable[..., float], *args: Any, rounds: int = 3, **kwargs: Any
+) -> float:
+    """The smallest of ``rounds`` calls of ``measure(*args, **kwargs)``.
+
+    Example: ``best_of_rounds(median_seconds, fn, 100)``.
+    """
+    return min(measure(*args, **kwargs) for _ in range(rounds))
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

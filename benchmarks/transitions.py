@@ -43,6 +43,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
+    best_of_rounds,
     fmt_rate,
     fmt_ratio,
     fmt_us,
@@ -58,6 +59,7 @@ SAMPLE_SIZES = (32, 256, 1024)
 BATCH = 256
 ALPHA, BETA = 0.6, 0.4
 PARTS = ("cartpole", "atari", "prioritized")
+ROUNDS = 3  # each figure: the best of 3 medians, taken in separate rounds
 CPU = torch.device("cpu")
 
 Batch = dict[str, np.ndarray]
@@ -512,48 +514,81 @@ class Row:
 
 
 def _try(name: str, build: Callable[[], Any]) -> tuple[Any, str]:
+    """``(build(), "")``, or ``(None, why)``: "skipped" (not installed) or "unavailable"."""
     try:
         return build(), ""
     except Exception as exc:  # optional peers: any failure is reported, not raised
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-        print(f"  {name}: unavailable ({reason})", flush=True)
+        kind = "skipped, not installed" if isinstance(exc, ImportError) else "unavailable"
+        reason = f"{kind}: {type(exc).__name__}: {exc}".splitlines()[0][:160]
+        print(f"  {name}: {reason}", flush=True)
         return None, reason
 
 
-def run_workload(wl: Workload, factories: list[tuple[str, Callable[[], Impl]]]) -> list[Row]:
-    rng = np.random.default_rng(0)
-    pool = make_pool(wl, rng)
+class Null(Impl):
+    """Does nothing: its timings are the harness's own per-call cost, subtracted from all."""
+
+    name = "null"
+
+    def add_one(self, t: Transition) -> None:
+        pass
+
+    def add_batch(self, b: Batch) -> None:
+        pass
+
+    def fill(self, pool: Batch, capacity: int) -> None:
+        pass
+
+    def sample(self, n: int) -> object:
+        return None
+
+
+def measure(impl: Impl, wl: Workload, pool: Batch, row: Row) -> None:
+    """Fill ``impl``, then time its adds (if any) and samples into ``row``."""
     singles = single_transitions(pool, wl.pool)
     batch_list = batches(pool, BATCH)
+    # Fill first: adds are timed in the steady state of a full ring (every
+    # implementation has touched its memory), and samples see a full buffer.
+    impl.fill(pool, wl.capacity)
+    if impl.adds:
+        cursor = iter(range(1 << 62))
+
+        def add_one(impl: Impl = impl, cursor: Any = cursor) -> None:
+            impl.add_one(singles[next(cursor) % len(singles)])
+
+        row.single_add = best_of_rounds(
+            median_block_seconds, add_one, wl.add_block, wl.add_repeats, rounds=ROUNDS
+        )
+        bcursor = iter(range(1 << 62))
+
+        def add_batch(impl: Impl = impl, cursor: Any = bcursor) -> None:
+            impl.add_batch(batch_list[next(cursor) % len(batch_list)])
+
+        row.batch_add = (
+            best_of_rounds(median_seconds, add_batch, wl.batch_repeats, 3, rounds=ROUNDS) / BATCH
+        )
+    for n in SAMPLE_SIZES:
+        call = lambda n=n, impl=impl: impl.sample(n)  # noqa: E731
+        row.sample[n] = best_of_rounds(median_seconds, call, wl.sample_repeats[n], rounds=ROUNDS)
+
+
+def run_workload(
+    wl: Workload, factories: list[tuple[str, Callable[[], Impl]]]
+) -> tuple[list[Row], Row]:
+    """Every implementation's row (harness overhead subtracted) and the overhead itself."""
+    pool = make_pool(wl, np.random.default_rng(0))
+    overhead = Row("harness overhead (subtracted)")
+    measure(Null(), wl, pool, overhead)
     rows = []
     for name, factory in factories:
         impl, reason = _try(name, factory)
         row = Row(name)
         rows.append(row)
         if impl is None:
-            row.note = f"unavailable: {reason}"
+            row.note = reason
             continue
         t0 = time.perf_counter()
         try:
-            # Fill first: adds are timed in the steady state of a full ring (every
-            # implementation has touched its memory), and samples see a full buffer.
-            impl.fill(pool, wl.capacity)
-            if impl.adds:
-                cursor = iter(range(1 << 62))
-
-                def add_one(impl: Impl = impl, cursor: Any = cursor) -> None:
-                    impl.add_one(singles[next(cursor) % len(singles)])
-
-                row.single_add = median_block_seconds(add_one, wl.add_block, wl.add_repeats)
-                bcursor = iter(range(1 << 62))
-
-                def add_batch(impl: Impl = impl, cursor: Any = bcursor) -> None:
-                    impl.add_batch(batch_list[next(cursor) % len(batch_list)])
-
-                row.batch_add = median_seconds(add_batch, wl.batch_repeats, warmup=3) / BATCH
-            for n in SAMPLE_SIZES:
-                call = lambda n=n, impl=impl: impl.sample(n)  # noqa: E731
-                row.sample[n] = median_seconds(call, wl.sample_repeats[n])
+            measure(impl, wl, pool, row)
         except Exception as exc:
             row.note = f"failed: {type(exc).__name__}: {exc}".splitlines()[0][:160]
             print(f"  {name}: {row.note}", flush=True)
@@ -561,8 +596,20 @@ def run_workload(wl: Workload, factories: list[tuple[str, Callable[[], Impl]]]) 
             impl.close()
             del impl
             gc.collect()
+        if not row.note:
+            _subtract(row, overhead)
         print(f"  {name}: done in {time.perf_counter() - t0:.1f}s", flush=True)
-    return rows
+    return rows, overhead
+
+
+def _subtract(row: Row, overhead: Row) -> None:
+    # Never below a tenth of the raw figure: the overhead is itself a noisy median.
+    if row.single_add is not None and overhead.single_add is not None:
+        row.single_add = max(row.single_add - overhead.single_add, row.single_add / 10)
+    if row.batch_add is not None and overhead.batch_add is not None:
+        row.batch_add = max(row.batch_add - overhead.batch_add, row.batch_add / 10)
+    for n, t in row.sample.items():
+        row.sample[n] = max(t - overhead.sample[n], t / 10)
 
 
 def run_prioritized(
@@ -578,16 +625,15 @@ def run_prioritized(
     for name, factory in factories:
         impl, reason = _try(name, lambda factory=factory: factory(wl))
         if impl is None:
-            out[name] = f"unavailable: {reason}"
+            out[name] = reason
             continue
         try:
             if hasattr(impl, "fill"):
                 impl.fill(pool, capacity)
             impl.set_priorities(np.arange(capacity, dtype=np.int64), priorities)
             k = iter(range(1 << 62))
-            out[name] = median_seconds(
-                lambda impl=impl, k=k: impl.sample_update(BATCH, new[next(k) % 16]), repeats, 20
-            )
+            step = lambda impl=impl, k=k: impl.sample_update(BATCH, new[next(k) % 16])  # noqa: E731
+            out[name] = best_of_rounds(median_seconds, step, repeats, 20, rounds=ROUNDS)
         except Exception as exc:
             out[name] = f"failed: {type(exc).__name__}: {exc}".splitlines()[0][:160]
             print(f"  {name}: {out[name]}", flush=True)
@@ -622,9 +668,17 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b == 0 else a / b
 
 
-def workload_report(wl: Workload, rows: list[Row]) -> str:
+def workload_report(wl: Workload, rows: list[Row], overhead: Row) -> str:
     floor = next(r for r in rows if r.name == FLOOR)
     out = [f"### {wl.name}, capacity {wl.capacity:,}\n"]
+    cost = ", ".join(
+        [
+            f"{fmt_us(overhead.single_add)} us per single add",
+            f"{fmt_us((overhead.batch_add or 0) * BATCH)} us per batch add",
+            *[f"{fmt_us(overhead.sample[n])} us per sample {n}" for n in SAMPLE_SIZES],
+        ]
+    )
+    out.append(f"The harness's own cost per call was subtracted from every figure: {cost}.\n")
     header = ["implementation", *[label for _, label in METRICS]]
     values = []
     for r in rows:
@@ -777,9 +831,9 @@ def main(argv: list[str] | None = None) -> int:
     workloads = {"cartpole": cartpole(args.quick), "atari": atari(args.quick)}
     for wl in (workloads[p] for p in PARTS if p in workloads and p in args.only):
         print(f"{wl.name}, capacity {wl.capacity:,}", flush=True)
-        rows = run_workload(wl, [(name, lambda f=f, wl=wl: f(wl)) for name, f in impls])
+        rows, overhead = run_workload(wl, [(name, lambda f=f, wl=wl: f(wl)) for name, f in impls])
         measured.append((wl, rows))
-        sections.append(workload_report(wl, rows))
+        sections.append(workload_report(wl, rows, overhead))
 
     prio_factories: list[tuple[str, Callable[[Workload], Any]]] = [
         ("ours SumTree only (compiled)", lambda wl: OursTree(wl.capacity, "c")),
@@ -807,11 +861,12 @@ def main(argv: list[str] | None = None) -> int:
     notes = [
         f"Run: `{command}`, mode {mode}, {time.perf_counter() - started:.0f} s, {when}.",
         f"Machine: {machine_summary()}; torch threads: {torch.get_num_threads()}.",
-        "Medians after warm-up. The machine was shared with other jobs: timings are noisy, "
-        "and the final figures will be re-measured by the lead on a quiet machine.",
+        f"Each figure is the best of {ROUNDS} medians (separate rounds, after warm-up). The "
+        "machine was shared with other jobs: timings are noisy, and the final figures will "
+        "be re-measured by the lead on a quiet machine.",
     ]
     if ours_available is None:
-        notes.append(f"ours: skipped ({ours_reason}).")
+        notes.append(f"ours: {ours_reason}.")
     body = "\n".join(f"- {n}" for n in notes) + "\n\n" + "\n".join(sections)
     print("\n" + body)
     if args.out is not None:

@@ -60,6 +60,19 @@ def test_find_maps_prefix_mass_to_slots(backend: str, fanout: int) -> None:
     assert 0 not in tree.find(np.linspace(0, 45, 1000))
 
 
+def test_find_of_no_values_is_empty(backend: str) -> None:
+    tree = SumTree(8, backend=backend)
+    tree.update([2], [1.0])
+    assert tree.find([]).shape == (0,)
+    assert tree.sample(0, rng=0).shape == (0,)
+
+
+def test_find_of_nan_still_returns_a_slot_with_mass(backend: str) -> None:
+    tree = SumTree(64, fanout=4, backend=backend)
+    tree.update([0, 40, 41], [0.0, 1.0, 2.0])
+    assert set(tree.find([np.nan, np.nan]).tolist()) <= {40, 41}
+
+
 def test_find_clips_negative_mass_to_the_first_slot_with_mass(backend: str) -> None:
     tree = SumTree(8, fanout=2, backend=backend)
     tree.update([3, 6], [1.0, 1.0])
@@ -226,6 +239,7 @@ def test_backends_give_identical_trees_and_draws(capacity: int, fanout: int) -> 
         seed = int(rng.integers(2**32))
         np.testing.assert_array_equal(compiled.sample(256, seed), reference.sample(256, seed))
         mass = rng.uniform(-1.0, 1.1, 61) * compiled.total  # not a multiple of 4 values
+        mass[rng.integers(61)] = np.nan
         np.testing.assert_array_equal(compiled.find(mass), reference.find(mass))
         np.testing.assert_array_equal(compiled[idx], reference[idx])
 

@@ -231,23 +231,32 @@ class SumTree:
             out = np.empty(v.size, dtype=np.int64)
             self._kernel.find(self._sum_flat, self._offsets, self.fanout, v, out)
             return out
+        if v.size == 0:
+            return np.zeros(0, dtype=np.int64)
         np.maximum(v, 0.0, out=v)
         f = self.fanout
         node = np.zeros(v.shape, dtype=np.int64)
         rows = np.arange(v.size)
+        # cum[:, k] is the sequential prefix sum of the first k children, so the
+        # prefix before child j is cum[:, j] (column 0 stays 0).
+        cum = np.zeros((v.size, f + 1))
+        has_nan = bool(np.isnan(v).any())
         for lvl in range(self._depth - 1, -1, -1):
             children = self._sums[lvl].reshape(-1, f)[node]
-            cum = np.cumsum(children, axis=1)
-            j = (cum <= v[:, None]).sum(axis=1)
-            # Rounding can push a value past the last non-empty child, or onto an
-            # empty one: fall back to the last child with positive mass.
-            over = (j >= f) | ~(children[rows, np.minimum(j, f - 1)] > 0)
-            if over.any():
-                positive = children[over] > 0
-                j[over] = f - 1 - np.argmax(positive[:, ::-1], axis=1)
-            prefix = np.where(j > 0, cum[rows, np.maximum(j - 1, 0)], 0.0)
-            v -= prefix
-            node = node * f + j
+            np.cumsum(children, axis=1, out=cum[:, 1:])
+            j = np.count_nonzero(cum[:, 1:] <= v[:, None], axis=1)
+            # For a number v >= 0, j < f implies child j has positive mass (its
+            # prefix sum grew past v). Rounding can push v past the last child
+            # with mass (j == f), and a NaN stops at child 0 whatever its mass:
+            # then fall back to the last child with positive mass.
+            if has_nan or j.max() >= f:
+                over = (j >= f) | ~(children[rows, np.minimum(j, f - 1)] > 0)
+                if over.any():
+                    positive = children[over] > 0
+                    j[over] = f - 1 - np.argmax(positive[:, ::-1], axis=1)
+            v -= cum[rows, j]
+            node *= f
+            node += j
         return node
 
     def sample(self, n: int, rng: SeedLike = None) -> NDArray[np.int64]:
