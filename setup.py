@@ -1,20 +1,32 @@
-"""Build the optional compiled SumTree kernel; all other metadata is in pyproject.toml.
+"""Build the optional compiled kernels; all other metadata is in pyproject.toml.
 
-The extension is ``optional``: without a C compiler the install still succeeds and
-``replaystore.sampling.SumTree`` uses its NumPy fallback.
+* ``replaystore._sumtree``: the SumTree of prioritized sampling.
+* ``replaystore._ringcopy``: the check-and-copy of the transition buffer's adds.
+
+Both are ``optional``: without a C compiler the install still succeeds and
+``replaystore.sampling.SumTree`` and ``replaystore.transitions.ReplayBuffer``
+use their NumPy paths.
 """
 
 import sys
 
 from setuptools import Extension, setup
 
+ARGS = [] if sys.platform == "win32" else ["-O3"]
+
 setup(
     ext_modules=[
         Extension(
             "replaystore._sumtree",
             sources=["src/replaystore/_sumtree.c"],
-            extra_compile_args=[] if sys.platform == "win32" else ["-O3"],
+            extra_compile_args=ARGS,
             optional=True,
-        )
+        ),
+        Extension(
+            "replaystore._ringcopy",
+            sources=["src/replaystore/_ringcopy.c"],
+            extra_compile_args=ARGS,
+            optional=True,
+        ),
     ]
 )

@@ -116,8 +116,9 @@ class PriorityIndex:
         """
         self.apply_pending()
         idx = self.tree.sample(n, rng)
-        p = self.tree[idx]
-        weights = (p / self.tree.min) ** -self.beta
+        weights = self.tree[idx]  # a fresh array: the weights are computed in place
+        weights /= self.tree.min
+        weights **= -self.beta
         return idx, weights.astype(np.float32)
 
     def check_update(
@@ -140,8 +141,10 @@ class PriorityIndex:
         if raw.shape != idx.shape:
             raise PriorityError(f"got {idx.size} indices but {raw.size} priorities")
         check_stored(idx, size)
-        ok = (raw >= 0) & (raw < np.inf)  # False for NaN, inf and negatives
-        if not ok.all():
+        # Two reductions decide (a NaN makes both NaN, which fails the test); the
+        # elementwise pass only runs to name the offending index.
+        if raw.size and not (raw.min() >= 0 and raw.max() < np.inf):
+            ok = (raw >= 0) & (raw < np.inf)  # False for NaN, inf and negatives
             i = int(np.flatnonzero(~ok)[0])
             need = "must be >= 0" if raw[i] < 0 else "must be finite"
             raise PriorityError(f"priority for index {int(idx[i])} is {raw[i]} ({need})")
