@@ -20,13 +20,13 @@
  *     side then takes its own path, which converts what may be converted
  *     (lists, tensors, casts) or raises the SchemaError naming the key.
  *
- * They raise only for a bad plan or pointer (a bug). What they write is byte for byte what NumPy's assignment writes:
- * same-format copies are memcpy, and the scalar conversions are the C casts
- * NumPy uses (a float that overflows float32 is declined, as NumPy warns).
+ * They raise only for a bad pointer (a bug on the Python side). What they
+ * write is byte for byte what NumPy's assignment writes: same-format copies are
+ * memcpy, and the scalar conversions are the C casts NumPy uses (a float that
+ * overflows float32 is declined: NumPy warns about it).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -132,21 +132,21 @@ plan_init(Plan *self, PyObject *args, PyObject *kwds)
         PyObject *name = PyTuple_GET_ITEM(names, i);
         if (!PyUnicode_CheckExact(name)) {
             PyErr_SetString(PyExc_TypeError, "_ringcopy.Plan: names must be str");
-            return -1;
+            goto fail;
         }
         Py_INCREF(name);
         PyUnicode_InternInPlace(&name);
         c->name = name;
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(columns, i), &c->dest,
                                PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
-            return -1;
+            goto fail;
         }
         const char *fmt = strip_order(c->dest.format);
         if (strlen(fmt) >= sizeof(c->format) || c->dest.ndim < 1 || c->dest.shape == NULL ||
             c->dest.shape[0] != capacity || c->dest.itemsize < 1) {
             PyErr_SetString(PyExc_ValueError,
                             "_ringcopy.Plan: a column is not a (capacity, ...) array");
-            return -1;
+            goto fail;
         }
         strcpy(c->format, fmt);
         c->itemsize = c->dest.itemsize;
@@ -154,6 +154,9 @@ plan_init(Plan *self, PyObject *args, PyObject *kwds)
         c->kind = format_kind(c->format, c->itemsize);
     }
     return 0;
+fail: /* a half-built plan is never left usable */
+    plan_clear_columns(self);
+    return -1;
 }
 
 /* Does `src` (a buffer acquired with ndim/shape/format) hold items of column c,

@@ -41,7 +41,10 @@ def test_concurrent_writer_and_sampler_see_consistent_rows(storage_kind: str, sa
         try:
             for _ in range(1500):
                 out = buf.sample_batch(64)
-                expected = out["action"].to(torch.float32)[:, None] * CONST
+                # obs = float32(id * CONST), computed in float64 as the writer does:
+                # exact for every id (float32(id) * CONST is not once ids pass 2**24,
+                # which a fast writer reaches within the 1500 samples).
+                expected = (out["action"].to(torch.float64)[:, None] * CONST).to(torch.float32)
                 if not torch.equal(out["obs"], expected.expand(-1, 64)):
                     raise AssertionError("a sampled row mixes two transitions")
                 if sampler == "prioritized":

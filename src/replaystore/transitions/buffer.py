@@ -658,12 +658,8 @@ class ReplayBuffer:
         """Move the ring on after ``n`` rows were written from ``ptr`` (newest ``cap`` kept)."""
         cap = self._capacity
         if self._prio is not None:
-            m = min(n, cap)
-            start = (ptr + n - m) % cap
-            slots = np.arange(start, start + m, dtype=np.int64)
-            if start + m > cap:
-                slots %= cap
-            self._prio.mark_new_many(slots)
+            m = n if n < cap else cap
+            self._prio.mark_new_range((ptr + n - m) % cap, m)
         self._ptr = (ptr + n) % cap
         if self._size < cap:
             self._size = min(self._size + n, cap)

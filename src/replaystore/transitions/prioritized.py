@@ -84,28 +84,33 @@ class PriorityIndex:
         self.tree = SumTree(capacity)
         self.max_priority = 1.0
         self._pending_ints: list[int] = []
-        self._pending_arrays: list[NDArray[np.int64]] = []
+        self._pending_ranges: list[tuple[int, int]] = []
 
     def mark_new(self, position: int) -> None:
         """Queue one slot that received a new item (cheap; applied lazily)."""
         self._pending_ints.append(position)
 
-    def mark_new_many(self, positions: NDArray[np.int64]) -> None:
-        """Queue slots that received new items."""
-        self._pending_arrays.append(positions)
+    def mark_new_range(self, start: int, count: int) -> None:
+        """Queue ``count`` consecutive slots from ``start`` (wrapping around the end)."""
+        self._pending_ranges.append((start, count))
 
     def apply_pending(self) -> None:
         """Give every queued slot the current maximum priority."""
-        if not (self._pending_ints or self._pending_arrays):
+        if not (self._pending_ints or self._pending_ranges):
             return
-        parts = self._pending_arrays
+        parts = []
+        for start, count in self._pending_ranges:
+            slots = np.arange(start, start + count, dtype=np.int64)
+            if start + count > self.capacity:
+                slots %= self.capacity
+            parts.append(slots)
         if self._pending_ints:
-            parts = [*parts, np.asarray(self._pending_ints, dtype=np.int64)]
+            parts.append(np.asarray(self._pending_ints, dtype=np.int64))
         # Repeats (a slot written twice) are harmless: they all get the same value.
         idx = parts[0] if len(parts) == 1 else np.concatenate(parts)
         self.tree.update(idx, self.max_priority)
         self._pending_ints = []
-        self._pending_arrays = []
+        self._pending_ranges = []
 
     def sample(
         self, n: int, rng: np.random.Generator
@@ -168,7 +173,7 @@ class PriorityIndex:
         """Replace all priorities: ``values`` for the first slots, 0 for the rest."""
         self.tree = SumTree(self.capacity)
         self._pending_ints = []
-        self._pending_arrays = []
+        self._pending_ranges = []
         if values.size:
             self.tree.update(np.arange(values.size), values)
         self.max_priority = float(max_priority)
