@@ -223,6 +223,21 @@ class EncodedRow:
     row: DataRow
     payload_json: str
 
+    def record(self) -> tuple[Any, ...]:
+        """``(id, task_id, task_name, agent_id, step, execute_time, pre_agent, payload_json)``:
+        the row as the storages write it (SQLite parameters, multi-process log entries)."""
+        meta = self.row.exp_meta
+        return (
+            self.row.id,
+            meta.task_id,
+            meta.task_name,
+            meta.agent_id,
+            meta.step,
+            meta.execute_time,
+            meta.pre_agent,
+            self.payload_json,
+        )
+
 
 def _check_str(value: Any, name: str, row_id: str, *, optional: bool) -> str | None:
     if value is None and optional:
@@ -305,6 +320,28 @@ def _check_meta(meta: Any, row_id: str) -> ExpMeta:
         execute_time=execute_time,
         pre_agent=_check_str(get("pre_agent"), "pre_agent", row_id, optional=True),
     )
+
+
+def encode_batch(
+    data_batch: Any, where: str | None = None, *, decode: bool = True
+) -> list[EncodedRow]:
+    """Validate every row of ``data_batch`` (see :func:`encode_row`) before any is stored.
+
+    Args:
+        data_batch: a sequence of rows; a single row (or None) is refused, since
+            storing it as a batch would iterate over its fields.
+        where: how to name every row in errors; default ``data_batch[i]``.
+        decode: as for :func:`encode_row`.
+
+    Raises:
+        SchemaError: ``data_batch`` is not a sequence of rows, or a row is invalid.
+    """
+    if data_batch is None or isinstance(data_batch, DataRow | Mapping):
+        raise SchemaError(f"add_batch expects a list of DataRow, got {type(data_batch)}")
+    return [
+        encode_row(row, where or f"data_batch[{i}]", decode=decode)
+        for i, row in enumerate(data_batch)
+    ]
 
 
 def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedRow:

@@ -16,7 +16,7 @@ from typing import Any
 
 from replaystore.errors import SchemaError
 from replaystore.experience.query import Condition, compile_predicate, validate_condition
-from replaystore.experience.rows import DataRow, encode_row
+from replaystore.experience.rows import DataRow, encode_batch
 from replaystore.experience.storage.base import (
     Eviction,
     Storage,
@@ -262,11 +262,7 @@ class InMemoryStorage(Storage):
         self.add_batch([data], _where="data")
 
     def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
-        if data_batch is None or isinstance(data_batch, DataRow | Mapping):
-            raise SchemaError(f"add_batch expects a list of DataRow, got {type(data_batch)}")
-        encoded = [
-            encode_row(row, _where or f"data_batch[{i}]") for i, row in enumerate(data_batch)
-        ]
+        encoded = encode_batch(data_batch, _where)
         with self._lock:
             index = self._index
             seen: set[str] = set()

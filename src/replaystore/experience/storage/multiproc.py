@@ -34,12 +34,12 @@ import os
 import threading
 import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from replaystore.errors import SchemaError, StorageError
 from replaystore.experience.query import Condition
-from replaystore.experience.rows import DataRow, decode_row, encode_row
+from replaystore.experience.rows import DataRow, decode_row, encode_batch
 from replaystore.experience.storage.base import (
     Eviction,
     Storage,
@@ -168,26 +168,10 @@ class MultiProcMemoryStorage(Storage):
         self.add_batch([data], _where="data")
 
     def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
-        if data_batch is None or isinstance(data_batch, DataRow | Mapping):
-            raise SchemaError(f"add_batch expects a list of DataRow, got {type(data_batch)}")
-        encoded = [
-            encode_row(row, _where or f"data_batch[{i}]") for i, row in enumerate(data_batch)
-        ]
+        encoded = encode_batch(data_batch, _where)
         if not encoded:
             return
-        records = [
-            (
-                e.row.id,
-                e.row.exp_meta.task_id,
-                e.row.exp_meta.task_name,
-                e.row.exp_meta.agent_id,
-                e.row.exp_meta.step,
-                e.row.exp_meta.execute_time,
-                e.row.exp_meta.pre_agent,
-                e.payload_json,
-            )
-            for e in encoded
-        ]
+        records = [e.record() for e in encoded]
         with self._local_lock(), self._lock:
             state = self._sync()
             index = self._index

@@ -23,7 +23,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ import numpy as np
 
 from replaystore.errors import SchemaError, StorageError
 from replaystore.experience.query import Condition, compile_sql
-from replaystore.experience.rows import META_FIELDS, DataRow, decode_row, encode_row
+from replaystore.experience.rows import META_FIELDS, DataRow, decode_row, encode_batch
 from replaystore.experience.storage.base import (
     Eviction,
     Storage,
@@ -234,27 +234,10 @@ class SqliteStorage(Storage):
         self.add_batch([data], _where="data")
 
     def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
-        if data_batch is None or isinstance(data_batch, DataRow | Mapping):
-            raise SchemaError(f"add_batch expects a list of DataRow, got {type(data_batch)}")
-        encoded = [
-            encode_row(row, _where or f"data_batch[{i}]", decode=False)
-            for i, row in enumerate(data_batch)
-        ]
+        encoded = encode_batch(data_batch, _where, decode=False)
         if not encoded:
             return
-        params = [
-            (
-                e.row.id,
-                e.row.exp_meta.task_id,
-                e.row.exp_meta.task_name,
-                e.row.exp_meta.agent_id,
-                e.row.exp_meta.step,
-                e.row.exp_meta.execute_time,
-                e.row.exp_meta.pre_agent,
-                e.payload_json,
-            )
-            for e in encoded
-        ]
+        params = [e.record() for e in encoded]
         with self._write() as conn:
             before = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'rows'").fetchone()
             conn.execute("SAVEPOINT batch")
