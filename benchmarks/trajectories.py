@@ -350,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
 
     parts = [
         BEGIN,
-        f"Machine: {machine_summary()}. Mode: {'quick' if q else 'full'}. The machine is "
-        "shared with other jobs: treat single figures as +-30%.",
+        f"Machine: {machine_summary()}. Mode: {'quick' if q else 'full'}. Single figures "
+        "move by up to +-30% between runs; compare ratios within one run.",
         "",
         "### Building the buffer",
         "",

@@ -870,9 +870,8 @@ def main(argv: list[str] | None = None) -> int:
     notes = [
         f"Run: `{command}`, mode {mode}, {time.perf_counter() - started:.0f} s, {when}.",
         f"Machine: {machine_summary()}; torch threads: {torch.get_num_threads()}.",
-        f"Each figure is the best of {ROUNDS} medians (separate rounds, after warm-up). The "
-        "machine was shared with other jobs: timings are noisy, and the final figures will "
-        "be re-measured by the lead on a quiet machine.",
+        f"Each figure is the best of {ROUNDS} medians (separate rounds, after warm-up). "
+        "Single figures move by about +-15% between runs; compare ratios within one run.",
     ]
     if ours_available is None:
         notes.append(f"ours: {ours_reason}.")
