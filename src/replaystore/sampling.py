@@ -561,7 +561,7 @@ def weighted_sample_without_replacement(
             positive weights.
 
     Cost: for k = 100,000 of n = 1,000,000 with a prepared table, about a tenth
-    of numpy's weighted ``choice`` (see benchmarks/RESULTS-trajectories.md).
+    of numpy's weighted ``choice`` (see benchmarks/RESULTS.md).
     """
     if int(k) != k or k < 0:
         raise ValueError(f"k must be a non-negative integer, got {k!r}")
