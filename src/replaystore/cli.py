@@ -407,9 +407,6 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from replaystore.sampling import recency_weights, weighted_sample_without_replacement
     from replaystore.trajectories import TrajectoryBuffer, TrajectoryStorage
     from replaystore.trajectories.context import ConversationBuilder
     from replaystore.trajectories.export import export_llamafactory
@@ -427,30 +424,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
         filter_same_screenshot=not args.keep_same_screenshot,
         seed=args.seed,
     )
-    if not args.all:
-        chosen = buffer.get_training_samples(
-            args.num_samples, recency_bias_power=args.recency_bias_power, seed=args.seed
-        )
-        pool = buffer.num_eligible
-        items: Sequence[Any] = chosen
-        what = "training-eligible samples"
-    else:
-        # Every kept step, successful or not (e.g. for reward-aware training).
-        pool = len(buffer)
-        order = np.arange(pool)
-        k = pool if args.num_samples is None else min(args.num_samples, pool)
-        if k < pool:
-            gen = np.random.default_rng(args.seed)
-            if args.recency_bias_power == 1.0:
-                order = gen.choice(pool, size=k, replace=False)
-            else:
-                weights = recency_weights(pool, args.recency_bias_power)
-                order = weighted_sample_without_replacement(weights, k, gen)
-        items = [int(i) for i in order]
-        what = "samples"
+    # --all: every kept step, successful or not (e.g. for reward-aware training).
+    chosen = buffer.get_training_samples(
+        args.num_samples,
+        recency_bias_power=args.recency_bias_power,
+        seed=args.seed,
+        eligible_only=not args.all,
+    )
+    pool = len(buffer) if args.all else buffer.num_eligible
+    what = "samples" if args.all else "training-eligible samples"
     # Materialise each sample (parse or build its prompt) under the progress bar.
-    read = (buffer[i] for i in items) if args.all else iter(items)
-    samples = list(_progress(read, len(items), "reading samples"))
+    read = iter(chosen)
+    samples = list(_progress(read, len(chosen), "reading samples"))
     report = export_llamafactory(
         samples,
         Path(args.out),

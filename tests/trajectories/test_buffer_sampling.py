@@ -197,3 +197,18 @@ def test_sample_list_is_a_lazy_read_only_list(mixed_buffer_trajectories: list[li
     assert samples.positions.dtype == np.int64
     with pytest.raises(IndexError):
         samples[5]
+
+
+def test_eligible_only_false_draws_from_every_kept_sample(
+    mixed_buffer_trajectories: list[list[dict]],
+) -> None:
+    buffer = ReplayBuffer(mixed_buffer_trajectories, filter_successful_only=False)
+    every = buffer.get_training_samples(eligible_only=False)
+    assert [s["action"] for s in every] == [buffer[i]["action"] for i in range(len(buffer))]
+    assert {s["trajectory_reward"] for s in every} == {0.0, 1.0}
+    draw = buffer.get_training_samples(5, recency_bias_power=2.0, seed=3, eligible_only=False)
+    assert len(draw) == 5
+    assert len(set(draw.positions.tolist())) == 5
+    assert set(draw.positions.tolist()) <= set(range(len(buffer)))
+    again = buffer.training_positions(5, recency_bias_power=2.0, seed=3, eligible_only=False)
+    np.testing.assert_array_equal(draw.positions, again)

@@ -774,9 +774,14 @@ class ReplayBuffer(Dataset):
         num_samples: int | None = None,
         recency_bias_power: float = 1.0,
         seed: int | np.random.Generator | None = None,
+        *,
+        eligible_only: bool = True,
     ) -> NDArray[np.int64]:
         """Collection positions chosen by :meth:`get_training_samples` (no materialisation)."""
-        pool = self._eligible
+        if eligible_only:
+            pool = self._eligible
+        else:
+            pool = np.arange(self._start, int(self._traj.size), dtype=np.int64)
         if num_samples is None:
             return pool.copy()
         if int(num_samples) != num_samples or num_samples < 0:
@@ -810,19 +815,22 @@ class ReplayBuffer(Dataset):
         num_samples: int | None = None,
         recency_bias_power: float = 1.0,
         seed: int | np.random.Generator | None = None,
+        *,
+        eligible_only: bool = True,
     ) -> SampleList:
         """Training-eligible samples, optionally a recency-biased subset.
 
         Always draws from training-eligible samples (successful trajectory, and
         not same-as-next when ``filter_same_screenshot``), whatever
-        ``filter_successful_only`` says.
+        ``filter_successful_only`` says; ``eligible_only=False`` draws from every
+        kept sample instead (e.g. for reward-aware training), with the same rules.
 
         Args:
-            num_samples: None or >= the eligible count: all eligible samples, oldest
-                first. Otherwise that many distinct samples in selection order.
+            num_samples: None or >= the pool size: the whole pool, oldest first.
+                Otherwise that many distinct samples in selection order.
             recency_bias_power: 1.0 (WebGym's rule) draws uniformly. Any other
-                value weights the sample of recency rank r (0 = oldest eligible, in
-                collection order) by ``(r + 1) ** power`` and draws by successive
+                value weights the sample of recency rank r (0 = oldest in the pool,
+                in collection order) by ``(r + 1) ** power`` and draws by successive
                 weighted sampling without replacement (the distribution of
                 ``numpy.random.Generator.choice(..., replace=False, p=...)``). Note
                 the jump: 0.999 is almost linear in rank, 1.0 is flat.
@@ -838,7 +846,10 @@ class ReplayBuffer(Dataset):
         Cost: O(k) for k samples after a one-off O(n) table per (pool size, power),
         cached; each sample's prompt is parsed when it is accessed.
         """
-        return SampleList(self, self.training_positions(num_samples, recency_bias_power, seed))
+        positions = self.training_positions(
+            num_samples, recency_bias_power, seed, eligible_only=eligible_only
+        )
+        return SampleList(self, positions)
 
     # ------------------------------------------------------------------ distributed
 
