@@ -15,8 +15,8 @@ Python objects, and building it is a few vectorised passes. Opened with
 :meth:`ReplayBuffer.from_storage`, it keeps only that index in memory and reads
 each step from its iteration file on access.
 
-Where we differ from WebGym (each is a WebGym bug or gap, see
-docs/readme/trajectories.md):
+Where we differ from WebGym (each is a WebGym bug or gap, see README,
+"What differs from WebGym, and why"):
 
 * ``shuffle`` permutes the order of ``len``/``getitem`` only, with a seed;
   WebGym shuffled the sample list but kept the pre-shuffle training indices, so
