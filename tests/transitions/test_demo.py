@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,24 @@ def test_quick_demo_runs_through_the_cli_and_writes_its_outputs(tmp_path: Path) 
     # The memory-mapped buffer directory reopens with everything the demo flushed.
     with ReplayBuffer("cpu", "cpu", meta["buffer_size"], path=out / "replay-memmap") as buf:
         assert len(buf) == 3000
+
+
+@pytest.mark.slow
+def test_full_demo_solves_cartpole(tmp_path: Path) -> None:
+    command = [*_replaystore_command(), "demo", "--part", "transitions"]
+    proc = subprocess.run(
+        [*command, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    found = re.search(r"average return of the last 20 episodes: ([0-9.]+)", proc.stdout)
+    assert found is not None, proc.stdout
+    assert float(found.group(1)) >= 195.0
+    with Image.open(tmp_path / "transitions" / "learning_curve.png") as png:
+        png.verify()
 
 
 @pytest.mark.slow
