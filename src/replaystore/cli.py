@@ -51,11 +51,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def _progress(items: Iterable[Any], total: int, desc: str) -> Iterable[Any]:
-    """``items`` with a tqdm bar on stderr when it is a terminal (quiet otherwise)."""
+def _progress(items: Iterable[Any] | None, total: int, desc: str, unit: str = "sample") -> Any:
+    """``items`` (or, with None, a bar to ``update`` by hand) with a tqdm bar on
+    stderr when it is a terminal; quiet otherwise."""
     from tqdm import tqdm
 
-    return tqdm(items, total=total, desc=desc, unit="sample", disable=not sys.stderr.isatty())
+    return tqdm(items, total=total, desc=desc, unit=unit, disable=not sys.stderr.isatty())
 
 
 def _human_bytes(n: float) -> str:
@@ -482,7 +483,19 @@ def _cmd_import_webgym(args: argparse.Namespace) -> int:
     if len(paths) > 1 and any(p.is_dir() for p in paths):
         raise _UsageError("give either one directory or one or more files, not both")
     storage = TrajectoryStorage(args.out, keep_page_metadata=args.keep_page_metadata)
-    done = import_webgym(paths[0] if len(paths) == 1 else paths, storage)
+    bar = None
+
+    def advance(count: int, total: int, _: Any) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = _progress(None, total, "importing", unit="file")
+        bar.update(1)
+
+    try:
+        done = import_webgym(paths[0] if len(paths) == 1 else paths, storage, progress=advance)
+    finally:
+        if bar is not None:
+            bar.close()
     trajectories = sum(d.trajectories for d in done)
     steps = sum(d.steps for d in done)
     print(

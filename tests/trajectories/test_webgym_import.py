@@ -509,6 +509,16 @@ def test_import_directory_writes_each_iteration_to_storage(tmp_path, webgym_dir)
     assert meta["webgym_metadata"] == {"iteration": 2, "when": "2026-01-01T00:00:00"}
 
 
+def test_import_reports_progress_after_each_written_file(tmp_path, webgym_dir):
+    calls = []
+
+    def progress(count, total, imported):
+        calls.append((count, total, imported.iteration, imported.written.is_file()))
+
+    import_webgym(webgym_dir, TrajectoryStorage(tmp_path / "store"), progress=progress)
+    assert calls == [(1, 2, 1, True), (2, 2, 2, True)]
+
+
 def test_import_into_a_directory_path_and_numbering_of_unnamed_files(tmp_path, monkeypatch):
     a = write_iteration(tmp_path / "in" / "a.pt", monkeypatch, [1])
     b = write_iteration(tmp_path / "in" / "b.pt", monkeypatch, [2])

@@ -507,6 +507,8 @@ class ImportedFile:
 def import_webgym(
     files: Iterable[str | os.PathLike[str]] | str | os.PathLike[str],
     out_storage_or_dir: TrajectoryStorage | str | os.PathLike[str],
+    *,
+    progress: Callable[[int, int, ImportedFile], None] | None = None,
 ) -> list[ImportedFile]:
     """Import WebGym ``.pt`` iteration files into replaystore's iteration storage.
 
@@ -519,6 +521,8 @@ def import_webgym(
     :class:`~replaystore.trajectories.storage.TrajectoryStorage` or its root
     directory. The WebGym file's ``metadata`` is kept in the iteration file's
     header (``webgym_metadata``), with the source path (``imported_from``).
+    ``progress(done, total, imported)``, when given, is called after each file
+    is written (e.g. to drive a progress bar).
 
     Before anything is written, all target (iteration, rank) slots are checked
     to be distinct and free. Then each file is read, checked, and written
@@ -577,6 +581,8 @@ def import_webgym(
             steps,
         )
         done.append(ImportedFile(path, iteration, rank, len(trajectories), steps, Path(written)))
+        if progress is not None:
+            progress(len(done), len(plan), done[-1])
     return done
 
 
