@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replaystore.experience import DataRow, Experience, ExpMeta, InMemoryStorage, SqliteStorage
+from replaystore.experience.query import OPS
 
 _counter = itertools.count()
 TEXT = st.text(alphabet="abAB_%é😀0 ", max_size=4)
@@ -69,24 +70,7 @@ def rows(draw):
 @st.composite
 def leaves(draw):
     field = draw(st.sampled_from(FIELDS))
-    op = draw(
-        st.sampled_from(
-            [
-                "eq",
-                "ne",
-                "gt",
-                "gte",
-                "lt",
-                "lte",
-                "in",
-                "not_in",
-                "like",
-                "not_like",
-                "is_null",
-                "is_not_null",
-            ]
-        )
-    )
+    op = draw(st.sampled_from(OPS))
     if op in ("is_null", "is_not_null"):
         return {"field": field, "op": op}
     if op in ("in", "not_in"):

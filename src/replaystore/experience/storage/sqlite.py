@@ -367,18 +367,23 @@ class SqliteStorage(Storage):
         return self.get_batch_by_task_ids([task_id])[task_id]
 
     def get_batch_by_task_ids(self, task_ids: Sequence[str]) -> dict[str, list[DataRow]]:
-        wanted = list(dict.fromkeys(task_ids))
-        out: dict[str, list[DataRow]] = {tid: [] for tid in wanted}
         with self._read() as conn:
-            for start in range(0, len(wanted), _CHUNK):
-                chunk = wanted[start : start + _CHUNK]
-                records = conn.execute(
-                    f"SELECT {_COLUMNS} FROM rows WHERE task_id IN "
-                    f"({', '.join('?' * len(chunk))}) ORDER BY task_id, seq",
-                    chunk,
-                ).fetchall()
-                for row in self._decode(records):
-                    out[row.exp_meta.task_id].append(row)
+            return self._rows_of_tasks(conn, list(dict.fromkeys(task_ids)))
+
+    def _rows_of_tasks(
+        self, conn: sqlite3.Connection, task_ids: Sequence[str]
+    ) -> dict[str, list[DataRow]]:
+        """The rows of each task in ``task_ids`` (distinct), oldest first, in chunks."""
+        out: dict[str, list[DataRow]] = {tid: [] for tid in task_ids}
+        for start in range(0, len(task_ids), _CHUNK):
+            chunk = list(task_ids[start : start + _CHUNK])
+            records = conn.execute(
+                f"SELECT {_COLUMNS} FROM rows WHERE task_id IN "
+                f"({', '.join('?' * len(chunk))}) ORDER BY seq",
+                chunk,
+            ).fetchall()
+            for row in self._decode(records):
+                out[row.exp_meta.task_id].append(row)
         return out
 
     def _fetch_seqs(self, conn: sqlite3.Connection, seqs: Sequence[int]) -> list[DataRow]:
@@ -410,13 +415,18 @@ class SqliteStorage(Storage):
             )
         return [r[0] for r in conn.execute(sql, params)]
 
+    def _pick_task_ids(
+        self, conn: sqlite3.Connection, k: int, cond: Condition | None, rng: SeedLike
+    ) -> list[str]:
+        ids = self._task_ids(conn, cond)
+        return [ids[i] for i in choose(len(ids), k, rng)]
+
     def sample_task_ids(
         self, batch_size: int, query_condition: Condition | None = None, rng: SeedLike = None
     ) -> list[str]:
         k = check_count(batch_size)
         with self._read() as conn:
-            ids = self._task_ids(conn, query_condition)
-        return [ids[i] for i in choose(len(ids), k, rng)]
+            return self._pick_task_ids(conn, k, query_condition, rng)
 
     def sample_tasks(
         self, batch_size: int, query_condition: Condition | None = None, rng: SeedLike = None
@@ -424,19 +434,7 @@ class SqliteStorage(Storage):
         """Sample task ids and read their rows in one snapshot (no task vanishes between)."""
         k = check_count(batch_size)
         with self._read() as conn:
-            ids = self._task_ids(conn, query_condition)
-            picked = [ids[i] for i in choose(len(ids), k, rng)]
-            out: dict[str, list[DataRow]] = {tid: [] for tid in picked}
-            for start in range(0, len(picked), _CHUNK):
-                chunk = picked[start : start + _CHUNK]
-                records = conn.execute(
-                    f"SELECT {_COLUMNS} FROM rows WHERE task_id IN "
-                    f"({', '.join('?' * len(chunk))}) ORDER BY seq",
-                    chunk,
-                ).fetchall()
-                for row in self._decode(records):
-                    out[row.exp_meta.task_id].append(row)
-        return out
+            return self._rows_of_tasks(conn, self._pick_task_ids(conn, k, query_condition, rng))
 
     def sample_rows(
         self, batch_size: int, query_condition: Condition | None = None, rng: SeedLike = None
