@@ -16,8 +16,9 @@ The buffers are imported lazily, so ``import replaystore`` stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from replaystore._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -35,14 +36,4 @@ if TYPE_CHECKING:
     from replaystore.transitions import TransitionBuffer
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'replaystore' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports("replaystore", globals(), _LAZY)

@@ -11,8 +11,9 @@ for the others (the task sampler imports torch through the trajectory package).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from replaystore._lazy import lazy_exports
 
 __all__ = [
     "DEFAULT_LEVEL_WEIGHTS",
@@ -40,14 +41,4 @@ if TYPE_CHECKING:
     from replaystore.pipeline.task_sampler import TaskSampler, load_tasks
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'replaystore.pipeline' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports("replaystore.pipeline", globals(), _LAZY)
