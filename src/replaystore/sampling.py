@@ -17,13 +17,14 @@ Everything here works on whole NumPy arrays; there is no Python loop per item.
 
 from __future__ import annotations
 
-import os
 import threading
 from types import ModuleType
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
+
+from replaystore._kernels import resolve_kernel
 
 try:
     from replaystore import _sumtree as _csumtree
@@ -275,18 +276,7 @@ class SumTree:
 
 def _resolve_backend(backend: str | None) -> ModuleType | None:
     """The compiled kernel module for ``backend``, or None for the NumPy fallback."""
-    name = os.environ.get(_SUMTREE_ENV, "auto") if backend is None else backend
-    if name not in ("auto", "c", "numpy"):
-        source = "backend" if backend is not None else _SUMTREE_ENV
-        raise ValueError(f"SumTree {source} must be 'auto', 'c' or 'numpy', got {name!r}")
-    if name == "numpy":
-        return None
-    if _csumtree is None and name == "c":
-        raise ImportError(
-            "the compiled SumTree kernel replaystore._sumtree is not installed; reinstall "
-            "replaystore with a C compiler available, or use backend='numpy'"
-        )
-    return _csumtree
+    return resolve_kernel(_csumtree, backend, env=_SUMTREE_ENV, argument="backend")
 
 
 def _as_int64(indices: ArrayLike) -> NDArray[np.int64] | None:

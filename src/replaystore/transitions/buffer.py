@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from replaystore._kernels import resolve_kernel
 from replaystore.errors import (
     CheckpointError,
     EmptyBufferError,
@@ -72,18 +73,7 @@ _KERNEL_ENV = "REPLAYSTORE_RINGCOPY"
 
 def _resolve_kernel(backend: str | None) -> Any:
     """The compiled check-and-copy module for ``backend``, or None for the NumPy path."""
-    name = os.environ.get(_KERNEL_ENV, "auto") if backend is None else backend
-    if name not in ("auto", "c", "numpy"):
-        source = "add_backend" if backend is not None else _KERNEL_ENV
-        raise ValueError(f"{source} must be 'auto', 'c' or 'numpy', got {name!r}")
-    if name == "numpy":
-        return None
-    if _cringcopy is None and name == "c":
-        raise ImportError(
-            "the compiled add kernel replaystore._ringcopy is not installed; reinstall "
-            "replaystore with a C compiler available, or use add_backend='numpy'"
-        )
-    return _cringcopy
+    return resolve_kernel(_cringcopy, backend, env=_KERNEL_ENV, argument="add_backend")
 
 
 Indices = Sequence[int] | torch.Tensor | range | np.ndarray
