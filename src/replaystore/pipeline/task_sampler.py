@@ -691,7 +691,8 @@ class TaskSampler:
             difficulty_ratio: for ``"ratio"``: ``{difficulty: share}`` or WebGym's
                 ``{name: {"range": [lo, hi], "weight": share}}``.
             weighted: website-uniform times level weights (True) or equal weights.
-            rank, world_size: this process's share of the sample.
+            rank: this process's index in ``0..world_size-1``.
+            world_size: how many processes share the sample.
             seed: int or Generator for this draw; ``None`` uses the sampler's generator.
 
         Returns:
