@@ -6,13 +6,21 @@ A trajectory is a list of steps. A step is either a mapping in WebGym's shape
 or a :class:`Step`. Every component round-trips losslessly through JSON with
 ``to_dict()`` / ``from_dict()``; :func:`step_to_dict` / :func:`step_from_dict`
 do the same for whole steps. Nothing here is ever pickled.
+
+Like WebGym's classes, components are read by attribute (``obs.image_path``);
+they also answer ``obs["image_path"]`` and ``obs.get("page_metadata", {})`` by
+field name, because WebGym code written for observation dicts
+(``observation['image_path']`` in its conversation builder) meets these objects
+too. They are not iterable (WebGym's raise on ``obj[0]`` too).
+:data:`domain_subdomain_map` is WebGym's table of task domains and subdomains.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, InitVar, dataclass, field
 from typing import Any, ClassVar, Self
 
 from replaystore.errors import SchemaError
@@ -25,6 +33,7 @@ __all__ = [
     "Reward",
     "Step",
     "Task",
+    "domain_subdomain_map",
     "step_from_dict",
     "step_to_dict",
     "trajectory_from_dicts",
@@ -32,11 +41,80 @@ __all__ = [
 ]
 
 
+#: WebGym's task taxonomy (``webgym.data.components.domain_subdomain_map``):
+#: domain -> its subdomains, in WebGym's order.
+domain_subdomain_map: dict[str, list[str]] = {
+    "Lifestyle & Leisure": [
+        "Shopping",
+        "Food & Cooking",
+        "Sports & Fitness",
+        "Health & Medicine",
+        "Pets & Animal Welfare",
+        "Fashion & Beauty",
+        "Hobbies & DIY",
+    ],
+    "Entertainment": [
+        "Films & TV Shows",
+        "Gaming & Virtual Worlds",
+        "Live Shows & Performances",
+        "Music",
+        "Books & Reading",
+    ],
+    "Misc.": [
+        "General Info.",
+        "News",
+        "Legal & Government Services",
+        "Real Estate",
+        "Finance & Investment",
+    ],
+    "Science & Research": ["Research & Academia", "Technology & Science"],
+    "Career & Education": ["Education & Learning", "Jobs & Career"],
+    "Travel & Transportation": [
+        "Travel & Accommodation",
+        "Outdoor & Recreation",
+        "Ticketed Activities",
+    ],
+}
+
+
 class _Component:
     """Shared JSON conversion: ``to_dict`` gives JSON values, ``from_dict`` checks fields."""
 
     __slots__ = ()
     _nested: ClassVar[dict[str, type[_Component]]] = {}
+    # Not iterable: with __getitem__ defined, Python would otherwise try obj[0], obj[1], ...
+    __iter__ = None
+
+    def _field_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(self))  # type: ignore[arg-type]
+
+    def __getitem__(self, name: str) -> Any:
+        """The field ``name`` (``obs["image_path"]`` is ``obs.image_path``).
+
+        Raises:
+            KeyError: no such field (the message lists the fields).
+            TypeError: ``name`` is not a string (components are not sequences).
+        """
+        if not isinstance(name, str):
+            raise TypeError(
+                f"{type(self).__name__} is indexed by field name, not {type(name).__name__}"
+            )
+        if name not in self._field_names():
+            raise KeyError(
+                f"{type(self).__name__} has no field {name!r} "
+                f"(fields: {', '.join(self._field_names())})"
+            )
+        return getattr(self, name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The field ``name``, or ``default`` when the component has no such field."""
+        if isinstance(name, str) and name in self._field_names():
+            return getattr(self, name)
+        return default
+
+    def __contains__(self, name: object) -> bool:
+        """Whether ``name`` is a field of this component."""
+        return isinstance(name, str) and name in self._field_names()
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict of JSON-compatible values (nested components as dicts)."""
@@ -96,12 +174,28 @@ class Task(_Component):
 
 @dataclass(slots=True)
 class Observation(_Component):
-    """What the agent saw: the task, a screenshot file, the accessibility tree, page metadata."""
+    """What the agent saw: the task, a screenshot file, the accessibility tree, page metadata.
+
+    ``submit=`` (keyword only) is accepted as WebGym accepts it: deprecated,
+    discarded with a :class:`DeprecationWarning` when not None (``Reward.submit``
+    holds it).
+    """
 
     task: Task
     image_path: str | None
     ac_tree: str | None
     page_metadata: dict[str, Any] | None = None
+    _: KW_ONLY
+    submit: InitVar[Any] = None
+
+    def __post_init__(self, submit: Any) -> None:
+        if submit is not None:
+            warnings.warn(
+                "Observation(submit=...) is deprecated and ignored, as in WebGym; "
+                "use Reward(submit=...) instead",
+                DeprecationWarning,
+                stacklevel=3,
+            )
 
 
 @dataclass(slots=True)
