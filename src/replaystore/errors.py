@@ -12,6 +12,7 @@ from __future__ import annotations
 __all__ = [
     "BufferIndexError",
     "CheckpointError",
+    "CompiledKernelWarning",
     "ConfigError",
     "EmptyBufferError",
     "ExportError",
@@ -76,3 +77,15 @@ class ImageError(ReplayStoreError, ValueError):
 
 class ConfigError(ReplayStoreError, ValueError):
     """An argument is out of range or of the wrong kind (capacity, page, batch size, mode)."""
+
+
+class CompiledKernelWarning(UserWarning):
+    """A compiled kernel is not installed, so a slower NumPy fallback is in use.
+
+    Emitted at most once per process, at the first use of a fallback the user did
+    not choose. Silence it by installing the kernels (a C compiler, then reinstall
+    replaystore), by choosing NumPy explicitly (``REPLAYSTORE_SUMTREE=numpy``,
+    ``REPLAYSTORE_RINGCOPY=numpy``, or the constructor's ``backend`` /
+    ``add_backend``), or with
+    ``warnings.filterwarnings("ignore", category=CompiledKernelWarning)``.
+    """
