@@ -411,11 +411,16 @@ class SampleList(Sequence[dict[str, Any]]):
     positions (oldest = 0). ``list(samples)`` materialises everything.
     """
 
-    __slots__ = ("_buffer", "positions")
+    __slots__ = ("_buffer", "_full", "positions")
 
-    def __init__(self, buffer: ReplayBuffer, positions: NDArray[np.int64]) -> None:
+    def __init__(
+        self, buffer: ReplayBuffer, positions: NDArray[np.int64], *, full: bool = False
+    ) -> None:
         self._buffer = buffer
         self.positions = positions
+        # full: every sample carries trajectory_reward and same_as_next_screenshot
+        # (WebGym's ``samples`` list), whatever include_reward_in_sample says.
+        self._full = full
 
     def __len__(self) -> int:
         return int(self.positions.size)
@@ -428,21 +433,26 @@ class SampleList(Sequence[dict[str, Any]]):
 
     def __getitem__(self, index: int | slice) -> dict[str, Any] | SampleList:
         if isinstance(index, slice):
-            return SampleList(self._buffer, self.positions[index])
+            return SampleList(self._buffer, self.positions[index], full=self._full)
         n = self.positions.size
-        i = int(index)
+        i = operator.index(index)
         if i < -n or i >= n:
             raise IndexError(f"sample index {i} out of range for {n} samples")
-        return self._buffer._sample(int(self.positions[i]))
+        return self._buffer._sample(int(self.positions[i]), self._full)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         sample = self._buffer._sample
+        full = self._full
         for pos in self.positions.tolist():
-            yield sample(pos)
+            yield sample(pos, full)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, SampleList):
-            return self._buffer is other._buffer and np.array_equal(self.positions, other.positions)
+            return (
+                self._buffer is other._buffer
+                and self._full == other._full
+                and np.array_equal(self.positions, other.positions)
+            )
         if isinstance(other, Sequence) and not isinstance(other, (str, bytes)):
             return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
@@ -605,6 +615,8 @@ class ReplayBuffer(Dataset):
         self.conversation_builder = (
             None if agent is None else getattr(agent, "conversation_builder", agent)
         )
+        #: WebGym's ``agent.context_manager`` (None when the agent has none).
+        self.context_manager = None if agent is None else getattr(agent, "context_manager", None)
         self.capacity = capacity
         self.filter_successful_only = bool(filter_successful_only)
         self.include_reward_in_sample = bool(include_reward_in_sample)
@@ -629,10 +641,13 @@ class ReplayBuffer(Dataset):
             view = self._eligible
         else:
             view = np.arange(self._start, total, dtype=np.int64)
-        shuffle_seq, sample_seq = np.random.SeedSequence(seed).spawn(2)
+        shuffle_seq, sample_seq, order_seq = np.random.SeedSequence(seed).spawn(3)
         if self.shuffle and view.size:
             view = view[np.random.default_rng(shuffle_seq).permutation(view.size)]
         self._view = view
+        self._order_seq = order_seq
+        self._sample_order: NDArray[np.int64] | None = None
+        self._training_indices: NDArray[np.int64] | None = None
         self._rng = np.random.default_rng(sample_seq)
         self._tables: dict[tuple[int, float], AliasTable] = {}
 
@@ -718,7 +733,92 @@ class ReplayBuffer(Dataset):
             f"{s.trajectories} trajectories, success rate {s.success_rate:.1%})"
         )
 
-    def _sample(self, pos: int) -> dict[str, Any]:
+    # ------------------------------------------------------------------ WebGym's attributes
+
+    def _order(self) -> NDArray[np.int64]:
+        """Collection positions of :attr:`samples`, in its order (computed once)."""
+        if self._sample_order is None:
+            total = int(self._traj.size)
+            if not self.filter_successful_only:
+                order = self._view  # buffer[i] is samples[i]
+            elif self.shuffle:
+                kept = total - self._start
+                perm = np.random.default_rng(self._order_seq).permutation(kept)
+                order = perm.astype(np.int64) + self._start
+            else:
+                order = np.arange(self._start, total, dtype=np.int64)
+            order.setflags(write=False)
+            self._sample_order = order
+        return self._sample_order
+
+    @property
+    def samples(self) -> SampleList:
+        """Every kept sample, as WebGym's ``replay_buffer.samples`` list (lazy).
+
+        ``len(buffer.samples)`` is the number of kept samples (all steps of
+        non-dummy trajectories, the most recent ``capacity`` of them), whatever
+        ``filter_successful_only`` says; ``buffer[i]`` is
+        ``buffer.samples[buffer.training_indices[i]]``. Each element is a full
+        sample dict (``message``, ``action``, ``trajectory_reward``,
+        ``same_as_next_screenshot``) even with ``include_reward_in_sample=False``,
+        as in WebGym. Order: collection order, or a seeded permutation with ``shuffle``.
+
+        Cost: O(1) to get and ``len``; each element parses its prompt on access
+        (nothing is materialised: a 1M-step buffer stays an index).
+        """
+        return SampleList(self, self._order(), full=True)
+
+    @property
+    def training_indices(self) -> NDArray[np.int64]:
+        """Indices into :attr:`samples` that ``len``/``getitem`` serve (WebGym's attribute).
+
+        With ``filter_successful_only`` the training-eligible samples (successful
+        trajectory and, with ``filter_same_screenshot``, not same-as-next),
+        in ``buffer[i]`` order; otherwise ``0 .. len(samples) - 1``. A read-only
+        int64 array (WebGym: a list), so ``len``, indexing and iteration work as on
+        WebGym's list. Unlike WebGym's, the indices stay valid under ``capacity``
+        and ``shuffle`` (WebGym computed them before truncating and shuffling).
+
+        Cost: computed on first access, O(kept samples) time and 8 bytes per sample.
+        """
+        if self._training_indices is None:
+            order = self._order()
+            if order is self._view:
+                indices = np.arange(order.size, dtype=np.int64)
+            else:
+                where = np.empty(int(self._traj.size) - self._start, dtype=np.int64)
+                where[order - self._start] = np.arange(order.size, dtype=np.int64)
+                indices = where[self._view - self._start]
+            indices.setflags(write=False)
+            self._training_indices = indices
+        return self._training_indices
+
+    @property
+    def successful_indices(self) -> NDArray[np.int64]:
+        """WebGym's second name for :attr:`training_indices` (the same array)."""
+        return self.training_indices
+
+    @property
+    def trajectories(self) -> Sequence[Sequence[Any]]:
+        """The trajectories the buffer was built from (WebGym's attribute), dummies included.
+
+        For a buffer built from a list: that very list (no copy). For
+        :meth:`from_storage`: a lazy read-only sequence in ``load_all()`` order;
+        ``buffer.trajectories[t]`` reads the file holding trajectory ``t`` (the last
+        file read is cached, so iterating reads each file once).
+        """
+        source = self._source
+        held = getattr(source, "trajectories", None)
+        if held is not None:
+            return held
+        lazy = getattr(source, "trajectory_sequence", None)
+        if lazy is None:
+            raise AttributeError(
+                f"this buffer's step source ({type(source).__name__}) cannot list trajectories"
+            )
+        return lazy()
+
+    def _sample(self, pos: int, full: bool = False) -> dict[str, Any]:
         t = int(self._traj[pos])
         s = int(self._step[pos])
         step = self._source.step(pos, t, s)
@@ -732,7 +832,7 @@ class ReplayBuffer(Dataset):
         else:
             message = self._build_prompt(step, pos, t, s)
         sample: dict[str, Any] = {"message": message, "action": response.raw_response}
-        if self.include_reward_in_sample:
+        if full or self.include_reward_in_sample:
             sample["trajectory_reward"] = float(self._reward[pos])
             sample["same_as_next_screenshot"] = bool(self._same[pos])
         return sample

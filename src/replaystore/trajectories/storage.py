@@ -35,12 +35,13 @@ import datetime as _dt
 import json
 import logging
 import math
+import operator
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -204,7 +205,7 @@ class TrajectoryStorage:
         self,
         iteration: int | None,
         trajectories: Sequence[Sequence[Any]],
-        rank: int = 0,
+        rank: int | None = 0,
         *,
         metadata: Mapping[str, Any] | None = None,
         keep_page_metadata: bool | None = None,
@@ -215,12 +216,15 @@ class TrajectoryStorage:
             iteration: iteration number >= 1 (None: :meth:`next_iteration`).
             trajectories: lists of steps (mappings with components or their
                 dicts, or :class:`Step`). Not modified.
-            rank: the writing process's rank (one file per rank).
+            rank: the writing process's rank (one file per rank); ``None`` writes
+                the iteration's merged file directly (one writer for the whole
+                iteration, as a single-node run), refused when rank files exist.
             metadata: JSON-compatible facts to keep in the header (model, config...).
             keep_page_metadata: override the storage's setting for this file.
 
         Raises:
-            StorageError: the file (or the iteration's merged file) already exists.
+            StorageError: the file (or the iteration's merged file) already exists;
+                for ``rank=None``, also when the iteration has rank files.
             TrajectoryError: a step is malformed or not JSON-serialisable (names
                 the trajectory and step); nothing is written.
 
@@ -231,12 +235,24 @@ class TrajectoryStorage:
             iteration = self.next_iteration()
         if int(iteration) != iteration or iteration < 1:
             raise ValueError(f"iteration must be an integer >= 1, got {iteration!r}")
-        if int(rank) != rank or rank < 0:
-            raise ValueError(f"rank must be an integer >= 0, got {rank!r}")
-        iteration, rank = int(iteration), int(rank)
+        if rank is not None and (int(rank) != rank or rank < 0):
+            raise ValueError(f"rank must be None or an integer >= 0, got {rank!r}")
+        iteration = int(iteration)
+        rank = None if rank is None else int(rank)
         self.root.mkdir(parents=True, exist_ok=True)
-        target = self.root / f"iteration_{iteration:06d}.rank{rank:03d}.jsonl"
         merged = self.root / f"iteration_{iteration:06d}.jsonl"
+        if rank is None:
+            target = merged
+            ranked = [
+                f.path for f in self.files() if f.iteration == iteration and f.rank is not None
+            ]
+            if ranked:
+                raise StorageError(
+                    f"iteration {iteration} has rank files ({ranked[0].name}, ...): write its "
+                    "merged file with merge_ranks, or save under another iteration"
+                )
+        else:
+            target = self.root / f"iteration_{iteration:06d}.rank{rank:03d}.jsonl"
         for existing in (target, merged):
             if existing.exists():
                 raise StorageError(
@@ -249,9 +265,9 @@ class TrajectoryStorage:
         encoded = [self._encode_trajectory(t, traj, keep) for t, traj in enumerate(trajectories)]
         self._write(target, iteration, rank, header_meta, encoded)
         logger.info(
-            "saved iteration %d rank %d: %d trajectories to %s",
+            "saved iteration %d rank %s: %d trajectories to %s",
             iteration,
-            rank,
+            "merged" if rank is None else rank,
             len(encoded),
             target,
         )
@@ -449,6 +465,30 @@ class TrajectoryStorage:
                 f"{file.path} holds {count} steps but its header says {header.num_steps}"
             )
         return header, trajectories
+
+    def readable_files(self, last_n_iterations: int | None = None) -> list[IterationFile]:
+        """The files :meth:`load_all` reads: per iteration its merged file, else its rank files.
+
+        Raises:
+            ValueError: ``last_n_iterations`` is not None or an integer >= 1.
+        """
+        return self._readable_files(last_n_iterations)
+
+    def read_file(self, file: IterationFile | str | os.PathLike[str]) -> list[list[dict[str, Any]]]:
+        """The trajectories of one iteration file (as :meth:`load_all` returns them).
+
+        Raises:
+            StorageError: the file is not ours or is inconsistent.
+            FileNotFoundError: the file is gone (e.g. merged or cleaned up meanwhile).
+        """
+        if not isinstance(file, IterationFile):
+            path = Path(file)
+            match = _FILE_RE.match(path.name)
+            if match is None:
+                raise StorageError(f"{path} is not named like an iteration file")
+            rank = None if match.group(2) is None else int(match.group(2))
+            file = IterationFile(path, int(match.group(1)), rank)
+        return self._read_file(file)[1]
 
     def load_all(self, last_n_iterations: int | None = None) -> list[list[dict[str, Any]]]:
         """Every stored trajectory (oldest iteration first; ranks in order).
@@ -760,6 +800,10 @@ class _FileSource:
         self.traj_file = traj_file
         self.traj_local = traj_local
 
+    def trajectory_sequence(self) -> _StoredTrajectories:
+        """Every trajectory of the indexed files (dummies included), read on access."""
+        return _StoredTrajectories(self)
+
     def describe(self, traj: int, step: int) -> str:
         path = self.files[int(self.traj_file[traj])]
         return f"trajectory {traj} step {step} (trajectory {int(self.traj_local[traj])} of {path})"
@@ -791,3 +835,51 @@ class _FileSource:
         if step == 0:
             return []
         return self._read(pos - step, step, traj, step - 1)
+
+
+class _StoredTrajectories(Sequence[list[dict[str, Any]]]):
+    """The trajectories behind a :class:`_FileSource`, read file by file on access.
+
+    Trajectory ``t`` lives in file ``traj_file[t]`` at position ``traj_local[t]``;
+    the last file read is kept, so iterating reads each file once.
+    """
+
+    def __init__(self, source: _FileSource) -> None:
+        self._source = source
+        self._cached: tuple[int, list[list[dict[str, Any]]]] | None = None
+
+    def __len__(self) -> int:
+        return int(self._source.traj_file.size)
+
+    def _trajectories_of(self, file_id: int) -> list[list[dict[str, Any]]]:
+        if self._cached is None or self._cached[0] != file_id:
+            path = self._source.files[file_id]
+            try:
+                trajectories = self._source.storage.read_file(path)
+            except FileNotFoundError:
+                raise StorageError(
+                    f"{path} was removed after the buffer was opened (cleanup_old_iterations "
+                    "or merge_ranks); reopen the buffer"
+                ) from None
+            self._cached = (file_id, trajectories)
+        return self._cached[1]
+
+    @overload
+    def __getitem__(self, index: int) -> list[dict[str, Any]]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[list[dict[str, Any]]]: ...
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self)
+        i = operator.index(index)
+        if i < -n or i >= n:
+            raise IndexError(f"trajectory index {i} out of range for {n} trajectories")
+        i %= n
+        file_id = int(self._source.traj_file[i])
+        return self._trajectories_of(file_id)[int(self._source.traj_local[i])]
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} stored trajectories in {len(self._source.files)} files>"
