@@ -202,7 +202,7 @@ class Blocklist:
 
     @contextlib.contextmanager
     def _locked(self, exclusive: bool) -> Iterator[None]:
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
@@ -288,7 +288,7 @@ class Blocklist:
         line = (json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
         with self._locked(exclusive=True):
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
             except OSError as exc:
                 raise StorageError(f"cannot open blocklist {self.path}: {exc}") from exc
             try:
@@ -368,9 +368,7 @@ class Blocklist:
             if removed == 0 and self._skipped == 0:
                 return 0
             try:
-                mode = self.path.stat().st_mode & 0o777
-                with atomic_open(self.path, "w") as handle:
-                    os.fchmod(handle.fileno(), mode)  # the temporary file is created 0600
+                with atomic_open(self.path, "w") as handle:  # keeps the file's mode
                     handle.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in keep)
             except OSError as exc:
                 raise StorageError(f"cannot rewrite blocklist {self.path}: {exc}") from exc

@@ -89,6 +89,24 @@ _CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
 _INHERITED: list[sqlite3.Connection] = []
 
 
+def _create_file(path: Path) -> None:
+    """Create ``path`` empty (a valid empty SQLite database) with ``open()``'s mode, if missing.
+
+    SQLite creates database files 0644 masked by the umask, whatever the umask
+    allows (0644, not 0664, under umask 002); its ``-wal``/``-shm`` files copy the
+    database file's mode. Creating the file first gives all three the mode any
+    file we create gets: ``0o666 & ~umask``. An existing file keeps its mode.
+    """
+    if os.fspath(path) in ("", ":memory:"):
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise StorageError(f"cannot create SQLite store {path}: {exc}") from exc
+
+
 class SqliteStorage(Storage):
     """Rows in one SQLite file, safe for many writer and reader processes.
 
@@ -122,6 +140,7 @@ class SqliteStorage(Storage):
         self._pid = os.getpid()
         self._lock = threading.RLock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        _create_file(self.path)
         self._connect()
 
     # ------------------------------------------------------------------ connection
