@@ -55,7 +55,6 @@ from replaystore.errors import StorageError
 
 __all__ = [
     "Blocklist",
-    "BlocklistManager",
     "blocked_domain_set",
     "domain_is_blocked",
     "normalize_domain",
@@ -285,6 +284,12 @@ class Blocklist:
             "task_id": task_id,
             "screenshot_path": None if screenshot_path is None else os.fspath(screenshot_path),
         }
+        self._append_entry(entry)
+        logger.info("blocked website %s recorded (task %s)", domain, task_id)
+        return entry
+
+    def _append_entry(self, entry: dict[str, Any]) -> None:
+        """Append one entry as one complete line, under the exclusive lock."""
         line = (json.dumps(entry, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
         with self._locked(exclusive=True):
             try:
@@ -301,8 +306,6 @@ class Blocklist:
                 raise StorageError(f"cannot append to blocklist {self.path}: {exc}") from exc
             finally:
                 os.close(fd)
-        logger.info("blocked website %s recorded (task %s)", domain, task_id)
-        return entry
 
     def entries(self, include_expired: bool = False) -> list[dict[str, Any]]:
         """The entries in file order (copies), only unexpired ones unless asked otherwise.
@@ -367,17 +370,23 @@ class Blocklist:
             removed = len(entries) - len(keep)
             if removed == 0 and self._skipped == 0:
                 return 0
-            try:
-                with atomic_open(self.path, "w") as handle:  # keeps the file's mode
-                    handle.writelines(json.dumps(e, ensure_ascii=False) + "\n" for e in keep)
-            except OSError as exc:
-                raise StorageError(f"cannot rewrite blocklist {self.path}: {exc}") from exc
-            self._cache_key = None
+            self._rewrite_unlocked(keep)
         if removed:
             logger.info(
                 "blocklist %s: removed %d expired entries, kept %d", self.path, removed, len(keep)
             )
         return removed
+
+    def _rewrite_unlocked(self, entries: Iterable[dict[str, Any]]) -> None:
+        """Replace the file by ``entries`` atomically; the caller holds the exclusive lock."""
+        try:
+            with atomic_open(self.path, "w") as handle:  # keeps the file's mode
+                handle.writelines(
+                    json.dumps(e, ensure_ascii=False, allow_nan=False) + "\n" for e in entries
+                )
+        except OSError as exc:
+            raise StorageError(f"cannot rewrite blocklist {self.path}: {exc}") from exc
+        self._cache_key = None
 
     def stats(self) -> dict[str, Any]:
         """Counts for logging: ``total_entries`` (in the file), ``currently_blocked``
@@ -403,8 +412,13 @@ class Blocklist:
         return isinstance(url, str) and self.is_website_blocked(url)
 
 
-#: WebGym's class name. ``BlocklistManager(save_path)`` with a directory works as in WebGym.
-BlocklistManager = Blocklist
+def __getattr__(name: str) -> Any:
+    # WebGym's class lives in blocklist_manager (it subclasses Blocklist); kept importable here.
+    if name == "BlocklistManager":
+        from replaystore.pipeline.blocklist_manager import BlocklistManager
+
+        return BlocklistManager
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def blocked_domain_set(blocked: Blocklist | Iterable[str] | None) -> frozenset[str]:

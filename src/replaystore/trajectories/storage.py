@@ -474,6 +474,28 @@ class TrajectoryStorage:
         """
         return self._readable_files(last_n_iterations)
 
+    def describe_file(self, file: IterationFile) -> dict[str, Any]:
+        """Counts of one iteration file from its header (no step is parsed).
+
+        Returns:
+            ``{"path", "iteration", "rank", "num_trajectories", "num_steps",
+            "dummy_trajectories", "size_bytes", "metadata"}`` (rank None: merged file).
+
+        Raises:
+            StorageError: the file is not ours.
+        """
+        header = self._read_header(file)
+        return {
+            "path": str(file.path),
+            "iteration": file.iteration,
+            "rank": file.rank,
+            "num_trajectories": int(header.lengths.size),
+            "num_steps": header.num_steps,
+            "dummy_trajectories": int(header.dummy.sum()),
+            "size_bytes": file.path.stat().st_size,
+            "metadata": header.metadata,
+        }
+
     def read_file(self, file: IterationFile | str | os.PathLike[str]) -> list[list[dict[str, Any]]]:
         """The trajectories of one iteration file (as :meth:`load_all` returns them).
 

@@ -62,6 +62,7 @@ __all__ = [
     "SafeUnpickler",
     "import_webgym",
     "load_webgym_file",
+    "load_webgym_file_with_metadata",
     "load_webgym_payload",
     "webgym_file_iteration",
 ]
@@ -430,6 +431,17 @@ def load_webgym_file(path: str | os.PathLike[str]) -> list[list[dict[str, Any]]]
             schema (file, trajectory and step named).
     """
     return _load(path)[0]
+
+
+def load_webgym_file_with_metadata(
+    path: str | os.PathLike[str],
+) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
+    """:func:`load_webgym_file` plus the file's ``metadata`` dict (``{}`` for the old list format).
+
+    Raises:
+        The same as :func:`load_webgym_file`.
+    """
+    return _load(path)
 
 
 def _load(path: str | os.PathLike[str]) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
