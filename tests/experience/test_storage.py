@@ -61,13 +61,13 @@ def test_get_batch_by_task_ids_and_the_seed_spelling(make_storage):
     assert store.get_by_task_id("missing") == []
 
 
-def test_state_and_actions_read_back_as_the_same_json_values(make_storage):
+def test_state_and_actions_read_back_as_the_same_json_values(make_json_storage):
     @dataclasses.dataclass
     class Point:
         x: int
         tags: tuple[str, ...]
 
-    store = make_storage()
+    store = make_json_storage()
     state = {"obs": Observation(content="page", info={"k": [1, 2.5, None]}), "pt": Point(1, ("a",))}
     row = DataRow(
         ExpMeta("t", "n", "ag", 0, 1.0),
@@ -90,8 +90,8 @@ def test_state_and_actions_read_back_as_the_same_json_values(make_storage):
     json.dumps(back.exp_data.state)  # plain JSON, nothing else
 
 
-def test_stored_rows_do_not_follow_later_changes_to_the_callers_objects(make_storage):
-    store = make_storage()
+def test_stored_rows_do_not_follow_later_changes_to_the_callers_objects(make_json_storage):
+    store = make_json_storage()
     state = {"n": 1}
     store.add(make_row(state=state))
     state["n"] = 2

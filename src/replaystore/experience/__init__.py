@@ -3,6 +3,9 @@
 Rows (:class:`ExpMeta` + :class:`Experience` -> :class:`DataRow`) go into a
 storage (in memory, SQLite, or shared between processes); :class:`QueryBuilder`
 conditions select rows; samplers pick tasks or rows; converters shape them.
+The in-memory storage returns the row objects you stored; the SQLite and
+multi-process storages keep JSON and give your types back through
+:class:`FieldDecoders` (``decoders={"state": Observation, "actions": ActionModel}``).
 
 Switching from AWorld is an import change::
 
@@ -15,6 +18,7 @@ Switching from AWorld is an import change::
 from __future__ import annotations
 
 from replaystore.experience.buffer import ReplayBuffer
+from replaystore.experience.decoding import FieldDecoders
 from replaystore.experience.query import QueryBuilder
 from replaystore.experience.rows import DataRow, Experience, ExpMeta
 from replaystore.experience.sampling import (
@@ -41,6 +45,7 @@ __all__ = [
     "ExpMeta",
     "Experience",
     "ExperienceBuffer",
+    "FieldDecoders",
     "InMemoryStorage",
     "MultiProcMemoryStorage",
     "QueryBuilder",

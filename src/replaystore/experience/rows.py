@@ -4,8 +4,10 @@ A row is the unit every storage holds: metadata that says *whose* step it is
 (task, agent, step number, wall-clock time) and the experience itself (state,
 actions, reward, advantage, value, chat messages). ``state`` and ``actions`` may
 be JSON values, dataclasses or pydantic models (anything with ``model_dump``);
-they are stored as JSON, never pickled, and read back as plain JSON values
-(dicts, lists, strings, numbers, booleans, ``None``).
+they are stored as JSON, never pickled. The in-memory storage hands back the
+objects you stored; the SQLite and multi-process storages read back plain JSON
+values (dicts, lists, strings, numbers, booleans, ``None``), or your own types
+through :class:`~replaystore.experience.decoding.FieldDecoders`.
 
 :func:`encode_row` is the one boundary where rows are checked: it validates the
 metadata, serialises the payload and returns a normalised copy that storages keep.

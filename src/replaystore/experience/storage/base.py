@@ -68,9 +68,11 @@ def choose(n: int, k: int, rng: SeedLike) -> np.ndarray:
 class Storage(ABC):
     """Where experience rows live. All methods are safe to call on an empty store.
 
-    Rows come back as :class:`~replaystore.experience.rows.DataRow` objects whose
-    ``state``/``actions`` are plain JSON values. Unless said otherwise, lists of
-    rows are in insertion order.
+    Rows come back as :class:`~replaystore.experience.rows.DataRow` objects: the
+    in-memory storage returns the very objects stored; storages that keep JSON
+    return ``state``/``actions``/``messages`` as plain JSON values, or as your
+    types when given ``decoders=`` (see :mod:`replaystore.experience.decoding`).
+    Unless said otherwise, lists of rows are in insertion order.
     """
 
     @abstractmethod

@@ -16,7 +16,7 @@ from typing import Any
 
 from replaystore.errors import SchemaError
 from replaystore.experience.query import Condition, compile_predicate, validate_condition
-from replaystore.experience.rows import DataRow, encode_batch
+from replaystore.experience.rows import DataRow, ExpMeta, encode_batch
 from replaystore.experience.storage.base import (
     Eviction,
     Storage,
@@ -227,6 +227,20 @@ class RowIndex:
         return [rows[s] for s in self.tasks.get(task_id, ())]
 
 
+def _given_row(row: Any, normalised: DataRow) -> DataRow:
+    """What reads return for a stored row: the caller's own object whenever it can be.
+
+    A row given as a mapping, or with metadata given as a mapping, has no object
+    a sampler could read ``exp_meta.step`` from; it is returned with the validated
+    :class:`ExpMeta` (and the caller's own ``exp_data``).
+    """
+    if not isinstance(row, DataRow):
+        return normalised
+    if isinstance(row.exp_meta, ExpMeta):
+        return row
+    return DataRow(normalised.exp_meta, row.exp_data, row.id)
+
+
 class InMemoryStorage(Storage):
     """Rows in this process's memory: the fastest storage, for one process.
 
@@ -235,16 +249,27 @@ class InMemoryStorage(Storage):
         eviction: ``"task"`` (default) evicts whole oldest tasks, so a sampled task
             never misses its first steps; ``"row"`` evicts single oldest rows.
 
+    Rows come back as the very :class:`DataRow` objects you stored (``get_all()[0]
+    is row``), with your ``Observation``/``ActionModel`` objects inside, as in
+    AWorld; no decoders are needed here. (A row given as a mapping comes back as
+    the :class:`DataRow` built from it.) Queries, however, run on a JSON snapshot
+    of each row taken when it was stored, exactly as the SQLite and multi-process
+    storages see it, so one condition selects the same rows in every storage:
+    change a stored object afterwards and reads show the change, queries do not.
+    Treat stored rows as read-only.
+
     Cost: ``add`` is O(1) amortised (AWorld's recounts the whole store on every
-    add); ``size()`` is O(1); a query with ``eq``/``in_`` on ``exp_meta.task_id``,
+    add) plus one JSON round trip of the payload (validation and the snapshot);
+    ``size()`` is O(1); a query with ``eq``/``in_`` on ``exp_meta.task_id``,
     ``agent_id`` or ``task_name`` touches only the matching rows, any other
-    query scans every row once. Returned rows are the stored objects: treat
-    them as read-only. Thread-safe (one lock around every call).
+    query scans every row once. Memory: your rows plus their JSON snapshot.
+    Thread-safe (one lock around every call).
     """
 
     def __init__(self, max_capacity: int | None = 10000, *, eviction: Eviction = "task") -> None:
         cap, mode = check_capacity(max_capacity, eviction)
         self._index = RowIndex(cap, mode)
+        self._given: dict[int, DataRow] = {}  # seq -> the row object the caller stored
         self._next_seq = 0
         self._lock = threading.RLock()
 
@@ -262,7 +287,11 @@ class InMemoryStorage(Storage):
         self.add_batch([data], _where="data")
 
     def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
-        encoded = encode_batch(data_batch, _where)
+        batch: Any = data_batch
+        if isinstance(batch, Iterable) and not isinstance(batch, Mapping):
+            batch = list(batch)  # read once: validated, then kept
+        encoded = encode_batch(batch, _where)
+        given = [_given_row(r, e.row) for r, e in zip(batch, encoded, strict=True)]
         with self._lock:
             index = self._index
             seen: set[str] = set()
@@ -270,10 +299,12 @@ class InMemoryStorage(Storage):
                 if e.row.id in index.ids or e.row.id in seen:
                     raise SchemaError(f"row id {e.row.id!r} is already stored")
                 seen.add(e.row.id)
-            for e in encoded:
+            for e, row in zip(encoded, given, strict=True):
                 index.insert(self._next_seq, e.row)
+                self._given[self._next_seq] = row
                 self._next_seq += 1
-            index.enforce_capacity()
+            for seq in index.enforce_capacity():
+                del self._given[seq]
 
     def size(self, query_condition: Condition | None = None) -> int:
         with self._lock:
@@ -287,28 +318,33 @@ class InMemoryStorage(Storage):
         page, page_size = check_page(page, page_size)
         with self._lock:
             seqs = self._index.match(query_condition)
-            rows = self._index.rows
+            rows = self._given
             start = (page - 1) * page_size
             return [rows[s] for s in seqs[start : start + page_size]]
 
     def get_all(self, query_condition: Condition | None = None) -> list[DataRow]:
         with self._lock:
+            rows = self._given
             if query_condition is None:
-                return list(self._index.rows.values())
-            rows = self._index.rows
+                return list(rows.values())
             return [rows[s] for s in self._index.match(query_condition)]
 
     def get_by_task_id(self, task_id: str) -> list[DataRow]:
         with self._lock:
-            return self._index.task_rows(task_id)
+            return self._task_rows(task_id)
 
     def get_batch_by_task_ids(self, task_ids: Sequence[str]) -> dict[str, list[DataRow]]:
         with self._lock:
-            return {tid: self._index.task_rows(tid) for tid in task_ids}
+            return {tid: self._task_rows(tid) for tid in task_ids}
+
+    def _task_rows(self, task_id: str) -> list[DataRow]:
+        rows = self._given
+        return [rows[s] for s in self._index.tasks.get(task_id, ())]
 
     def clear(self) -> None:
         with self._lock:
             self._index.clear()
+            self._given.clear()
 
     def task_ids(self, query_condition: Condition | None = None) -> list[str]:
         with self._lock:
@@ -320,5 +356,5 @@ class InMemoryStorage(Storage):
         k = check_count(batch_size)
         with self._lock:
             seqs = self._index.match(query_condition)
-            rows = self._index.rows
+            rows = self._given
             return [rows[seqs[i]] for i in choose(len(seqs), k, rng)]

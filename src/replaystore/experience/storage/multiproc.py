@@ -34,10 +34,11 @@ import os
 import threading
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from replaystore.errors import SchemaError, StorageError
+from replaystore.experience.decoding import FieldDecoders, as_decoders
 from replaystore.experience.query import Condition
 from replaystore.experience.rows import DataRow, decode_row, encode_batch
 from replaystore.experience.storage.base import (
@@ -66,11 +67,20 @@ class MultiProcMemoryStorage(Storage):
         lock: a ``Manager().Lock()`` (or any lock shared by the processes).
         max_capacity: the most rows kept (default 10000); ``None`` for no limit.
         eviction: ``"task"`` (default, whole oldest tasks) or ``"row"``.
+        decoders: rebuild your types from the stored JSON on every read, e.g.
+            ``{"state": Observation, "actions": ActionModel}`` (see
+            :class:`~replaystore.experience.decoding.FieldDecoders`); default: rows
+            come back with plain JSON values. Each read decodes afresh, so two
+            reads give equal but distinct objects.
 
     Works with the ``fork`` and ``spawn`` start methods: pass the storage (or a
     ``ReplayBuffer`` holding it) to child processes. All processes must be
     built with the same ``max_capacity`` and ``eviction`` (a forked or pickled
-    copy is).
+    copy is). Decoders travel with a forked or pickled copy (under ``spawn``
+    they must be picklable: module-level classes and functions).
+
+    Raises:
+        ConfigError: a bad ``max_capacity``, ``eviction`` or ``decoders``.
     """
 
     def __init__(
@@ -81,8 +91,10 @@ class MultiProcMemoryStorage(Storage):
         max_capacity: int | None = 10000,
         *,
         eviction: Eviction = "task",
+        decoders: FieldDecoders | Mapping[str, Any] | None = None,
     ) -> None:
         self.max_capacity, self.eviction = check_capacity(max_capacity, eviction)
+        self.decoders: FieldDecoders | None = as_decoders(decoders)
         self._data = data_dict
         self._log = fifo_queue
         self._lock = lock
@@ -92,6 +104,7 @@ class MultiProcMemoryStorage(Storage):
         return {
             "max_capacity": self.max_capacity,
             "eviction": self.eviction,
+            "decoders": self.decoders,
             "_data": self._data,
             "_log": self._log,
             "_lock": self._lock,
@@ -99,6 +112,7 @@ class MultiProcMemoryStorage(Storage):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("decoders", None)
         self._reset_local()
 
     def _reset_local(self) -> None:
@@ -215,6 +229,10 @@ class MultiProcMemoryStorage(Storage):
 
     # ------------------------------------------------------------------ reading
 
+    def _out(self, rows: list[DataRow]) -> list[DataRow]:
+        """Rows as returned to callers: decoded copies when decoders are registered."""
+        return rows if self.decoders is None else self.decoders.decode_rows(rows)
+
     def _synced(self) -> RowIndex:
         with self._lock:
             self._sync()
@@ -233,21 +251,21 @@ class MultiProcMemoryStorage(Storage):
             index = self._synced()
             seqs = index.match(query_condition)
             start = (page - 1) * page_size
-            return [index.rows[s] for s in seqs[start : start + page_size]]
+            return self._out([index.rows[s] for s in seqs[start : start + page_size]])
 
     def get_all(self, query_condition: Condition | None = None) -> list[DataRow]:
         with self._local_lock():
             index = self._synced()
-            return [index.rows[s] for s in index.match(query_condition)]
+            return self._out([index.rows[s] for s in index.match(query_condition)])
 
     def get_by_task_id(self, task_id: str) -> list[DataRow]:
         with self._local_lock():
-            return self._synced().task_rows(task_id)
+            return self._out(self._synced().task_rows(task_id))
 
     def get_batch_by_task_ids(self, task_ids: Sequence[str]) -> dict[str, list[DataRow]]:
         with self._local_lock():
             index = self._synced()
-            return {tid: index.task_rows(tid) for tid in task_ids}
+            return {tid: self._out(index.task_rows(tid)) for tid in task_ids}
 
     def task_ids(self, query_condition: Condition | None = None) -> list[str]:
         with self._local_lock():
@@ -260,4 +278,4 @@ class MultiProcMemoryStorage(Storage):
         with self._local_lock():
             index = self._synced()
             seqs = index.match(query_condition)
-            return [index.rows[seqs[i]] for i in choose(len(seqs), k, rng)]
+            return self._out([index.rows[seqs[i]] for i in choose(len(seqs), k, rng)])

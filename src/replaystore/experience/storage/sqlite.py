@@ -23,13 +23,14 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from replaystore.errors import SchemaError, StorageError
+from replaystore.experience.decoding import FieldDecoders, as_decoders
 from replaystore.experience.query import Condition, compile_sql
 from replaystore.experience.rows import META_FIELDS, DataRow, decode_row, encode_batch
 from replaystore.experience.storage.base import (
@@ -115,6 +116,10 @@ class SqliteStorage(Storage):
         max_capacity: the most rows kept; ``None`` (default) for no limit.
         eviction: ``"task"`` (default) evicts whole oldest tasks; ``"row"`` single rows.
         timeout: seconds to wait for another process's write lock before failing.
+        decoders: rebuild your types from the stored JSON on every read, e.g.
+            ``{"state": Observation, "actions": ActionModel}`` (see
+            :class:`~replaystore.experience.decoding.FieldDecoders`); default: rows
+            come back with plain JSON values.
 
     Cost: ``add_batch`` of n rows is one transaction with n inserts (plus the
     evictions it causes); ``size()`` reads a counter; a query uses the indexes on
@@ -123,6 +128,7 @@ class SqliteStorage(Storage):
 
     Raises:
         StorageError: the file cannot be opened or is not a replaystore database.
+        ConfigError: a bad ``max_capacity``, ``eviction`` or ``decoders``.
     """
 
     def __init__(
@@ -132,8 +138,10 @@ class SqliteStorage(Storage):
         *,
         eviction: Eviction = "task",
         timeout: float = 60.0,
+        decoders: FieldDecoders | Mapping[str, Any] | None = None,
     ) -> None:
         self.max_capacity, self.eviction = check_capacity(max_capacity, eviction)
+        self.decoders: FieldDecoders | None = as_decoders(decoders)
         self.path = Path(path)
         self.timeout = float(timeout)
         self._conn: sqlite3.Connection | None = None
@@ -152,10 +160,12 @@ class SqliteStorage(Storage):
             "max_capacity": self.max_capacity,
             "eviction": self.eviction,
             "timeout": self.timeout,
+            "decoders": self.decoders,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("decoders", None)
         self._conn = None
         self._pid = os.getpid()
         self._lock = threading.RLock()
@@ -350,9 +360,9 @@ class SqliteStorage(Storage):
 
     # ------------------------------------------------------------------ reading
 
-    @staticmethod
-    def _decode(records: list[tuple[Any, ...]]) -> list[DataRow]:
-        return [decode_row(r[1], r[2:8], r[8]) for r in records]
+    def _decode(self, records: list[tuple[Any, ...]]) -> list[DataRow]:
+        rows = [decode_row(r[1], r[2:8], r[8]) for r in records]
+        return rows if self.decoders is None else self.decoders.decode_rows(rows)
 
     def size(self, query_condition: Condition | None = None) -> int:
         with self._read() as conn:
