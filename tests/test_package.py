@@ -37,3 +37,42 @@ def test_pipeline_names_resolve_to_their_modules() -> None:
     assert pipeline.TaskHistory is task_history.TaskHistory
     assert pipeline.TaskSampler is task_sampler.TaskSampler
     assert set(pipeline.__all__) <= set(dir(pipeline))
+
+
+def test_pipeline_exports_webgym_utils_names() -> None:
+    import replaystore.pipeline as pipeline
+    from replaystore.pipeline import (
+        blocklist,
+        blocklist_manager,
+        image_utils,
+        rollout_sampler,
+        task_history_manager,
+        trajectory_storage,
+    )
+
+    assert set(pipeline.__all__) == {
+        "DEFAULT_LEVEL_WEIGHTS",
+        "Blocklist",
+        "BlocklistManager",
+        "RolloutSampler",
+        "TaskHistory",
+        "TaskHistoryManager",
+        "TaskSampler",
+        "cleanup_old_iterations",
+        "convert_messages_to_path_format",
+        "encode_image_to_base64",
+        "encode_image_to_file_url",
+        "get_next_iteration_number",
+        "get_trajectory_stats",
+        "load_all_trajectories",
+        "load_last_iteration_trajectories",
+        "load_tasks",
+        "normalize_domain",
+        "save_trajectories_incremental",
+    }
+    assert pipeline.BlocklistManager is blocklist_manager.BlocklistManager
+    assert blocklist.BlocklistManager is blocklist_manager.BlocklistManager
+    assert pipeline.RolloutSampler is rollout_sampler.RolloutSampler
+    assert pipeline.TaskHistoryManager is task_history_manager.TaskHistoryManager
+    assert pipeline.encode_image_to_file_url is image_utils.encode_image_to_file_url
+    assert pipeline.load_all_trajectories is trajectory_storage.load_all_trajectories
