@@ -166,7 +166,7 @@ def kernel_report() -> list[dict[str, Any]]:
         elif setting == "numpy":
             active, note = "numpy", f"chosen by {kernel.env}=numpy"
         elif installed:
-            active, note = "c", "compiled"
+            active, note = "c", f"{kernel.module} loaded"
         elif setting == "c":
             active, note = "error", f"{kernel.env}=c but {kernel.module} is not installed"
         else:

@@ -8,11 +8,15 @@ Subcommands:
 * ``export STORE --out DIR``: sample a trajectory storage and write a
   LLaMA-Factory dataset (ShareGPT or OpenAI messages);
 * ``import-webgym FILE... --out DIR``: import WebGym ``.pt`` iteration files
-  safely (no pickle code runs) into a trajectory storage.
+  safely (no pickle code runs) into a trajectory storage;
+* ``info``: versions, the active compiled kernels and the optional packages
+  present (``--version`` prints the short form).
 
 User errors (a missing file, a bad option, a file that is not what it should
-be, an unsafe pickle) are printed as one line on stderr with exit status 2;
-anything else is a bug and keeps its traceback. Long work shows a progress bar
+be, an unsafe pickle) are printed as one line on stderr with exit status 2; an
+unknown option or command gets a "did you mean" suggestion and a pointer to the
+help of the command it was given to. Anything else is a bug and keeps its
+traceback. Long work shows a progress bar
 on stderr when stderr is a terminal, and nothing otherwise.
 """
 
@@ -20,10 +24,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import difflib
 import importlib
+import importlib.metadata
 import json
 import logging
 import math
+import platform
+import re
 import sqlite3
 import sys
 import time
@@ -44,11 +52,65 @@ class _UsageError(Exception):
     """A mistake in how the command was called: one line, exit status 2."""
 
 
+# argparse's own message for a bad choice (of a command or of an option's value).
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)")
+# What argparse takes for a negative number (a value, not an option).
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+def _did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """``"; did you mean X?"`` for the closest candidate, or ``""`` when none is close."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line on stderr (exit status 2)."""
+    """argparse, but a usage mistake is one line on stderr (exit status 2), with a
+    suggestion for a mistyped choice and a pointer to this (sub)command's help."""
 
     def error(self, message: str) -> NoReturn:
+        found = _INVALID_CHOICE.search(message)
+        if found:
+            choices = [c.strip().strip("'\"") for c in found["choices"].split(",")]
+            message += _did_you_mean(found["value"], choices)
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def option_names(self) -> list[str]:
+        """Every option string this parser accepts (``-h``, ``--out``, ...)."""
+        return [o for action in self._actions for o in action.option_strings]
+
+    def check_option(self, token: str) -> None:
+        """Exit with a usage error when ``token`` (an ``-x`` / ``--name[=value]`` word)
+        is no option of this parser, nor a unique prefix of one (argparse's abbreviations)."""
+        if token == "-" or _NEGATIVE_NUMBER.match(token):
+            return
+        name = token.split("=", 1)[0]
+        names = self.option_names()
+        known = name in names or (name.startswith("--") and any(n.startswith(name) for n in names))
+        if not name.startswith("--") and len(name) > 2:  # -vh: bundled short flags
+            known = name[:2] in names
+        if not known:
+            longs = [n for n in names if n.startswith("--")]
+            self.error(f"unrecognized option {name!r}{_did_you_mean(name, longs)}")
+
+
+def _check_options(parser: _Parser, commands: dict[str, _Parser], argv: Sequence[str]) -> None:
+    """Report the first unknown option in ``argv`` against the parser it was given to.
+
+    argparse alone reports ``replaystore --verison`` as a missing command and an
+    unknown subcommand option against the top-level help; this runs first and
+    names the option, the closest real one, and the right ``--help``.
+    """
+    owner = parser
+    for token in argv:
+        if token == "--":
+            return
+        if token.startswith("-"):
+            owner.check_option(token)
+        elif owner is parser:  # the top level has no option that takes a value
+            if token not in commands:
+                return  # argparse reports the unknown command, with a suggestion
+            owner = commands[token]
 
 
 def _progress(items: Iterable[Any] | None, total: int, desc: str, unit: str = "sample") -> Any:
@@ -92,11 +154,23 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     parts = PARTS if not args.part else tuple(args.part)
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
-        raise _UsageError(f"unknown demo part {unknown[0]!r}; choose from {', '.join(PARTS)}")
+        raise _UsageError(
+            f"unknown demo part {unknown[0]!r}{_did_you_mean(unknown[0], PARTS)} "
+            f"(choose from {', '.join(PARTS)})"
+        )
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise _UsageError(
+            f"--out {out} exists and is not a directory; give a new or an existing directory"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _UsageError(f"cannot create the --out directory {out}: {exc.strerror}") from None
     mode = "quick" if args.quick else "full"
     print(f"replaystore {__version__} demo ({mode}); outputs under {out.resolve()}")
+    if args.quick:
+        print("quick mode: small smoke runs that check every part works, not full training")
     done: list[tuple[str, float, Path]] = []
     for part in parts:
         module = importlib.import_module(f"replaystore.demos.{part}")
@@ -510,6 +584,159 @@ def _cmd_import_webgym(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- info
+
+_CORE_PACKAGES = ("torch", "numpy", "tensordict")
+
+# (import name, distribution, how to install it, what needs it)
+_OPTIONAL_PACKAGES = (
+    ("pyarrow", "pyarrow", "replaystore[parquet]", "Parquet task files (pipeline task sampler)"),
+    ("pandas", "pandas", "pandas", "task tables as DataFrames (WebGym-style task sampling)"),
+    ("gymnasium", "gymnasium", "replaystore[demo]", "the demo's DQN part, the DQN example"),
+    ("matplotlib", "matplotlib", "replaystore[demo]", "the demo's plots"),
+    ("pydantic", "pydantic", "pydantic", "AWorld-style pydantic models in experience rows"),
+    ("torchrl", "torchrl", "replaystore[bench]", "benchmarks/ (peer comparison)"),
+    ("stable_baselines3", "stable-baselines3", "replaystore[bench]", "benchmarks/"),
+    ("cpprb", "cpprb", "replaystore[bench]", "benchmarks/"),
+)
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _versions() -> dict[str, Any]:
+    """Versions from package metadata: cheap, imports nothing."""
+    return {
+        "replaystore": __version__,
+        "python": platform.python_version(),
+        **{name: _dist_version(name) for name in _CORE_PACKAGES},
+    }
+
+
+def _optional_packages() -> list[dict[str, Any]]:
+    """Each optional package, imported for real (a broken install shows its error)."""
+    out = []
+    for module, dist, install, used_for in _OPTIONAL_PACKAGES:
+        entry: dict[str, Any] = {"package": dist, "install": install, "used_for": used_for}
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            # Not installed is no error; a dependency of it missing is one (a broken install).
+            error = None if exc.name == module else _one_line(exc)
+            entry.update(importable=False, version=None, error=error)
+        except Exception as exc:  # any failure to import means "not usable": say why
+            entry.update(importable=False, version=None, error=_one_line(exc))
+        else:
+            entry.update(importable=True, version=_dist_version(dist), error=None)
+        out.append(entry)
+    return out
+
+
+def _environment_info() -> dict[str, Any]:
+    import torch
+
+    from replaystore._kernels import kernel_report
+
+    package = Path(__file__).resolve().parent
+    return {
+        "versions": _versions(),
+        "python": {
+            "implementation": platform.python_implementation(),
+            "executable": sys.executable,
+        },
+        "platform": platform.platform(),
+        "package_path": str(package),
+        "cuda": {
+            "available": torch.cuda.is_available(),
+            "devices": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+            "torch_cuda": torch.version.cuda,
+        },
+        "kernels": kernel_report(),
+        "optional": _optional_packages(),
+    }
+
+
+def _kernel_summary() -> str:
+    from replaystore._kernels import kernel_report
+
+    words = {"c": "compiled", "numpy": "NumPy", "error": "error"}
+    parts = []
+    for k in kernel_report():
+        text = f"{k['name']} {words[k['active']]}"
+        if k["active"] != "c":
+            text += f" ({k['note']})"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def _version_text() -> str:
+    v = _versions()
+    packages = ", ".join(f"{name} {v[name] or 'not installed'}" for name in _CORE_PACKAGES)
+    return (
+        f"replaystore {v['replaystore']}\n"
+        f"Python {v['python']}, {packages}\n"
+        f"kernels: {_kernel_summary()}"
+    )
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: versions and active kernels, computed only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        print(_version_text())
+        parser.exit(0)
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    info = _environment_info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    v = info["versions"]
+    print(f"replaystore {v['replaystore']} ({info['package_path']})")
+    python = info["python"]
+    print(f"Python {v['python']} ({python['implementation']}, {python['executable']})")
+    print(f"platform: {info['platform']}")
+    cuda = info["cuda"]
+    gpus = f"available, {cuda['devices']} device(s)" if cuda["available"] else "not available"
+    rows = [(name, v[name] or "NOT INSTALLED") for name in _CORE_PACKAGES]
+    print("\npackages:")
+    for line in _table(("package", "version"), rows, "ll", indent="  "):
+        print(line)
+    build = f"torch built for CUDA {cuda['torch_cuda']}" if cuda["torch_cuda"] else "CPU-only torch"
+    print(f"  CUDA: {gpus} ({build})")
+    print("\ncompiled kernels:")
+    active = {"c": "compiled", "numpy": "NumPy", "error": "ERROR"}
+    rows = [(k["name"], active[k["active"]], k["used_by"], k["note"]) for k in info["kernels"]]
+    for line in _table(("kernel", "active", "used for", "note"), rows, "llll", indent="  "):
+        print(line)
+    if any(not k["installed"] for k in info["kernels"]):
+        print(
+            "  the compiled kernels are built at install time: install a C compiler (gcc or "
+            "clang; MSVC Build Tools on Windows), then reinstall replaystore"
+        )
+    print("\noptional packages:")
+    rows = [
+        (
+            o["package"],
+            o["version"] if o["importable"] else "no" if o["error"] is None else "BROKEN",
+            o["install"],
+            o["used_for"] if o["error"] is None else f"{o['used_for']}; import fails: {o['error']}",
+        )
+        for o in info["optional"]
+    ]
+    for line in _table(("package", "present", "install", "used for"), rows, "llll", indent="  "):
+        print(line)
+    return 0
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -549,7 +776,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Store and sample reinforcement-learning experience.",
         epilog="Run 'replaystore COMMAND --help' for the options of a command.",
     )
-    parser.add_argument("--version", action="version", version=f"replaystore {__version__}")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="show versions and the active compiled kernels, and exit",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -703,18 +934,46 @@ def _parser() -> argparse.ArgumentParser:
         help="keep every page-metadata field (default: only title and url)",
     )
     imp.set_defaults(func=_cmd_import_webgym)
+
+    info = sub.add_parser(
+        "info",
+        help="show versions, the active compiled kernels and the optional packages present",
+        description="Print replaystore's version and where it is installed, the versions of "
+        "Python, torch, numpy and tensordict, whether CUDA is available, which "
+        "implementation of each compiled kernel is active (compiled or the slower NumPy "
+        "fallback) and which optional packages import. Paste it into a bug report.",
+    )
+    info.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    info.set_defaults(func=_cmd_info)
     return parser
 
 
+def _commands(parser: argparse.ArgumentParser) -> dict[str, _Parser]:
+    """The subcommand parsers of ``parser``, by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    raise AssertionError("the parser has no subcommands")
+
+
 def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror and exc.filename is not None:
+        # "[Errno 17] File exists: 'x'" -> "x: File exists"
+        target = f"{exc.filename} -> {exc.filename2}" if exc.filename2 else str(exc.filename)
+        return f"{target}: {exc.strerror}"
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return "; ".join(lines) or type(exc).__name__
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``replaystore`` command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    args = parser.parse_args(argv)
+    commands = _commands(parser)
+    _check_options(parser, commands, argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # stray positional words: report them against the command they followed
+        commands[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

@@ -8,7 +8,7 @@ from replaystore import __version__
 
 from .conftest import assert_one_line_error, run_cli
 
-SUBCOMMANDS = ("demo", "stats", "export", "import-webgym")
+SUBCOMMANDS = ("demo", "stats", "export", "import-webgym", "info")
 
 
 def test_top_level_help_lists_every_subcommand():
@@ -39,6 +39,7 @@ def test_top_level_help_lists_every_subcommand():
             ],
         ),
         ("import-webgym", ["FILE", "--out"]),
+        ("info", ["--json"]),
     ],
 )
 def test_each_subcommand_has_help_naming_its_options(command, options):
@@ -52,7 +53,7 @@ def test_each_subcommand_has_help_naming_its_options(command, options):
 def test_version():
     proc = run_cli("--version")
     assert proc.returncode == 0
-    assert proc.stdout.strip() == f"replaystore {__version__}"
+    assert proc.stdout.splitlines()[0] == f"replaystore {__version__}"
 
 
 def test_missing_subcommand_is_a_one_line_usage_error():

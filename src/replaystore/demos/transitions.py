@@ -8,9 +8,11 @@ TD loss by the importance weights and feeds the absolute TD errors back with
 gives the same run every time.
 
 The full run trains until the average return of the last 20 episodes reaches
-195 (CartPole's classic "solved" bar); the quick run trains a few thousand
-steps. Both save a learning curve (PNG) and a buffer checkpoint, and check that
-the checkpoint loads back bit-exact.
+195 (CartPole's classic "solved" bar); the quick run is a smoke run of a few
+thousand steps that checks everything works and is not meant to solve (it ends
+well below 195, and says so). Both save a learning curve (PNG) and a buffer
+checkpoint, and check that the checkpoint loads back bit-exact. On a terminal a
+progress bar (stderr) shows steps, episodes and the recent average return.
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from __future__ import annotations
 import copy
 import logging
 import shutil
+import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 SOLVED_RETURN = 195.0
 WINDOW = 20
+
+EpisodeCallback = Callable[[int, list[float]], None]
+"""Called after each episode with the environment steps so far and every return so far."""
 
 
 @dataclass(slots=True)
@@ -76,6 +84,12 @@ class DQNResult:
         return float(np.mean(tail)) if tail else 0.0
 
 
+_QUICK_NOTE = (
+    " (quick mode is a smoke run, not meant to solve CartPole; the full run, without "
+    "--quick, trains until this reaches 195)"
+)
+
+
 def _q_network(obs_dim: int, n_actions: int, hidden: int) -> nn.Module:
     return nn.Sequential(
         nn.Linear(obs_dim, hidden),
@@ -86,12 +100,16 @@ def _q_network(obs_dim: int, n_actions: int, hidden: int) -> nn.Module:
     )
 
 
-def train_dqn(cfg: DQNConfig, buffer_path: Path | None = None) -> DQNResult:
+def train_dqn(
+    cfg: DQNConfig, buffer_path: Path | None = None, on_episode: EpisodeCallback | None = None
+) -> DQNResult:
     """Train Double DQN with prioritized replay on CartPole-v1; returns episode returns.
 
     Args:
         cfg: hyperparameters; ``max_steps`` bounds the environment steps.
         buffer_path: directory for the memory-mapped buffer (a temporary one if None).
+        on_episode: called after every episode with ``(steps, returns)`` (e.g. to
+            drive a progress bar); it must not keep ``returns``, which keeps growing.
     """
     import gymnasium as gym
 
@@ -148,6 +166,8 @@ def train_dqn(cfg: DQNConfig, buffer_path: Path | None = None) -> DQNResult:
             recent.append(episode_return)
             episode_return = 0.0
             obs, _ = env.reset()
+            if on_episode is not None:
+                on_episode(step, returns)
             if cfg.stop_when_solved and len(recent) == WINDOW and np.mean(recent) >= SOLVED_RETURN:
                 break
 
@@ -208,26 +228,54 @@ def _plot(returns: list[float], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def _progress_bar(cfg: DQNConfig) -> Any:
+    """A tqdm bar over environment steps on stderr, shown only when stderr is a terminal."""
+    from tqdm import tqdm
+
+    return tqdm(
+        total=None if cfg.stop_when_solved else cfg.max_steps,
+        desc="DQN on CartPole"
+        + (f" (until avg {SOLVED_RETURN:.0f})" if cfg.stop_when_solved else ""),
+        unit="step",
+        disable=not sys.stderr.isatty(),
+        leave=False,
+    )
+
+
 def run(out: Path, quick: bool) -> list[str]:
     """Train, plot, checkpoint and reload; returns the summary lines the CLI prints."""
     out.mkdir(parents=True, exist_ok=True)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    cfg = DQNConfig()
+    if quick:
+        cfg.max_steps = 3_000
+        cfg.learning_starts = 500
+        cfg.eps_fraction_steps = 2_000
+        cfg.stop_when_solved = False
+    bar = _progress_bar(cfg)
+
+    def on_episode(step: int, returns: list[float]) -> None:
+        bar.update(step - bar.n)
+        recent = returns[-WINDOW:]
+        bar.set_postfix_str(
+            f"episodes {len(returns)}, return {returns[-1]:.0f}, "
+            f"avg of last {len(recent)} {np.mean(recent):.1f}"
+        )
+
     try:
-        cfg = DQNConfig()
-        if quick:
-            cfg.max_steps = 3_000
-            cfg.learning_starts = 500
-            cfg.eps_fraction_steps = 2_000
-            cfg.stop_when_solved = False
         memmap_dir = out / "replay-memmap"
         shutil.rmtree(memmap_dir, ignore_errors=True)  # a fresh buffer, not a previous run's
-        result = train_dqn(cfg, buffer_path=memmap_dir)
+        result = train_dqn(cfg, buffer_path=memmap_dir, on_episode=on_episode)
     finally:
+        bar.close()
         torch.set_num_threads(threads)
     buf = result.buffer
     curve = out / "learning_curve.png"
-    _plot(result.returns, curve, f"Double DQN + prioritized replay, CartPole-v1 (seed {cfg.seed})")
+    title = f"Double DQN + prioritized replay, CartPole-v1 (seed {cfg.seed})"
+    if quick:
+        title += f"\nquick mode: a {cfg.max_steps:,}-step smoke run, not meant to reach 195"
+    _plot(result.returns, curve, title)
 
     ckpt = out / "checkpoint" / "buffer"
     buf.save(ckpt)
@@ -251,7 +299,7 @@ def run(out: Path, quick: bool) -> list[str]:
         f"({result.seconds:.1f} s)",
         f"average return of the last {min(WINDOW, len(result.returns))} episodes: "
         f"{result.final_average:.1f}"
-        + (" (solved: >= 195)" if solved else "" if quick else " (NOT solved)"),
+        + (" (solved: >= 195)" if solved else _QUICK_NOTE if quick else " (NOT solved)"),
         f"replay: {result.samples} transitions sampled, "
         f"{result.samples / max(result.replay_seconds, 1e-9):,.0f} samples/s "
         f"(sample + update_priorities, {per_sample_us:.2f} us per transition)",
