@@ -15,8 +15,9 @@ Markers are HTML comments, which GitHub and MkDocs both leave out of the rendere
 * ```` ```bash ```` / ```` ```console ```` blocks run only when marked
   ``<!-- docs-test: run -->``: each command (``$ `` prompts and ``\\`` continuations
   understood) must be a ``replaystore ...`` command, which is run in-process through
-  :func:`replaystore.cli.main` and must exit 0. Any other block that contains a
-  ``replaystore`` command must be marked ``run`` or ``skip`` (``test_cli_blocks_are_marked``).
+  :func:`replaystore.cli.main` and must exit 0 (``<!-- docs-test: run exit=2 -->``: 2).
+  Any other block that contains a ``replaystore`` command must be marked ``run`` or
+  ``skip`` (``test_cli_blocks_are_marked``).
 * Blocks between ``<!-- ci:... -->`` markers are the install commands ``.ci/run`` executes;
   they are skipped here with that reason.
 
@@ -33,7 +34,7 @@ import re
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ class Block:
     action: str  # "python" | "cli" | "skip" | "show"
     reason: str = ""  # why it is skipped (action "skip")
     setup: bool = False
+    exit_status: int = 0  # what every command of a "cli" block must exit with
 
     @property
     def id(self) -> str:
@@ -94,9 +96,7 @@ def parse_blocks(path: Path) -> list[Block]:
                 i += 1
             if i == len(lines):
                 raise ValueError(f"{path}:{start + 1}: docs-test setup comment is never closed")
-            blocks.append(
-                Block(path, start + 1, "python", "\n".join(body), "python", setup=True)
-            )
+            blocks.append(Block(path, start + 1, "python", "\n".join(body), "python", setup=True))
             i += 1
             continue
         if m := _MARK.match(text):
@@ -147,7 +147,13 @@ def parse_blocks(path: Path) -> list[Block]:
             action, reason = "cli", ""
         else:
             action, reason = "show", ""
-        blocks.append(Block(path, start + 1, lang, code, action, reason))
+        block = Block(path, start + 1, lang, code, action, reason)
+        if action == "cli" and mark is not None and mark[1]:
+            status = re.fullmatch(r"exit=(\d+)", mark[1])
+            if status is None:
+                raise ValueError(f"{path}:{start + 1}: docs-test run takes only exit=N")
+            block.exit_status = int(status.group(1))
+        blocks.append(block)
         mark = None
     return blocks
 
@@ -213,9 +219,10 @@ def _run_cli(block: Block) -> None:
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             status = main(argv[1:])
-        if status != 0:
+        if status != block.exit_status:
             raise AssertionError(
-                f"{block.id}: `{shlex.join(argv)}` exited {status}\n"
+                f"{block.id}: `{shlex.join(argv)}` exited {status}, "
+                f"expected {block.exit_status}\n"
                 f"stdout:\n{out.getvalue()}\nstderr:\n{err.getvalue()}"
             )
 
@@ -261,20 +268,24 @@ def test_cli_blocks_are_marked() -> None:
     unmarked = [
         b.id
         for b in ALL_BLOCKS
-        if b.action == "show"
-        and b.lang in ("bash", "console", "sh", "shell")
-        and re.search(r"(^|\$ |&& )replaystore ", b.code, re.MULTILINE)
+        if b.action == "show" and re.search(r"(^|\$ |&& )replaystore ", b.code, re.MULTILINE)
     ]
     assert unmarked == [], f"mark these with <!-- docs-test: run --> or skip REASON: {unmarked}"
 
 
 def test_no_block_uses_absolute_paths() -> None:
     """Examples write under the reader's working directory, never to /data, /home, ..."""
+
+    def code(block: Block) -> str:  # shell blocks: the commands, not the output shown
+        if block.action == "cli":
+            return "\n".join(shlex.join(argv) for argv in shell_commands(block.code))
+        return block.code
+
     offenders = [
         f"{b.id}: {m.group(1)}"
         for b in ALL_BLOCKS
         if b.action in ("python", "cli")
-        for m in [_ABSOLUTE_PATH.search(b.code)]
+        for m in [_ABSOLUTE_PATH.search(" " + code(b))]
         if m
     ]
     assert offenders == []
@@ -290,8 +301,8 @@ def test_every_page_has_runnable_python() -> None:
 def test_readme_is_a_front_page() -> None:
     text = README.read_text(encoding="utf-8")
     assert len(text.encode()) <= README_LIMIT_BYTES, "README.md: move detail into docs/"
-    for marker in ("<!-- ci:demo -->", "<!-- /ci:demo -->", "<!-- ci:test -->", "<!-- /ci:test -->"):
-        assert text.count(marker) == 1, marker
+    for marker in ("ci:demo -->", "/ci:demo -->", "ci:test -->", "/ci:test -->"):
+        assert text.count("<!-- " + marker) == 1, marker
     for link in re.findall(r"\]\((docs/[^)#]+)", text):
         assert (ROOT / link).is_file(), f"README links to a missing page: {link}"
 
