@@ -34,6 +34,7 @@ import re
 import shlex
 import subprocess
 import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,7 +244,11 @@ def test_doc_block(block: Block, tmp_path_factory: pytest.TempPathFactory) -> No
     state = _STATES.get(block.path)
     if state is None or state.done > position:
         workdir = tmp_path_factory.mktemp("docs-" + block.path.stem)
-        state = _STATES[block.path] = _FileState({"__name__": "__docs__"}, workdir)
+        # A real module in sys.modules, so that dataclasses, pickling and typing
+        # resolve names defined by a page as they would in a script.
+        module = types.ModuleType("_docs_" + re.sub(r"\W", "_", str(block.path)))
+        sys.modules[module.__name__] = module
+        state = _STATES[block.path] = _FileState(module.__dict__, workdir)
     if state.failed is not None:
         pytest.fail(f"not run: an earlier block of this file failed ({state.failed})")
     previous = os.getcwd()

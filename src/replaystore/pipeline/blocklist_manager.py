@@ -42,7 +42,9 @@ class BlocklistManager(Blocklist):
 
     Args:
         save_path: the directory (created if missing, as in WebGym).
-        block_duration_hours, clock, fsync: see :class:`Blocklist`.
+        block_duration_hours: hours an entry blocks its domain (see :class:`Blocklist`).
+        clock: the time source (see :class:`Blocklist`).
+        fsync: whether appends are fsynced (see :class:`Blocklist`).
 
     Raises:
         StorageError: ``save_path`` exists and is not a directory.

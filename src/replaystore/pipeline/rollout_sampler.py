@@ -162,9 +162,12 @@ class RolloutSampler:
                 the caller for train, as WebGym's rollout script does).
             split: ``"train"`` (random draw, see the module doc) or anything else
                 (test: the first ``test_tasks_rollout_size`` tasks, in order, no randomness).
-            cumulative_distribution, total_trajectories: accepted and logged only,
-                as in WebGym (its samplers do not use them).
-            multinode_rank, multinode_total_workers: this rank's share of the train sample.
+            cumulative_distribution: accepted and logged only, as in WebGym (its
+                samplers do not use it).
+            total_trajectories: accepted and logged only, as in WebGym.
+            multinode_rank: this rank (with ``multinode_total_workers``: this rank's
+                share of the train sample).
+            multinode_total_workers: the number of ranks sharing the train sample.
             seed: seed of the train draw (default: ``env_config.seed``, then
                 ``config.seed``, else fresh entropy for a single rank).
 

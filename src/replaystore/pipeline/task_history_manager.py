@@ -183,8 +183,9 @@ class TaskHistoryManager:
             level_weights: weight per level; as in WebGym, a level the mapping
                 does not name weighs 1.0 (default table: 0:100, 1:10, 2:1, 3:0.1,
                 4:0.01, 5:0.001).
-            cumulative_distribution, total_trajectories: only logged (WebGym's
-                running totals per level), as in WebGym.
+            cumulative_distribution: only logged (WebGym's running totals per
+                level), as in WebGym.
+            total_trajectories: only logged, as in WebGym.
             seed: int or Generator for a reproducible order (None: fresh entropy).
 
         Returns:
