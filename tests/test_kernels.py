@@ -38,6 +38,7 @@ def test_missing_sumtree_warns_once_at_first_use(fresh_process, monkeypatch):
         SumTree(32, backend="auto")
     (message,) = kernel_warnings(record)
     assert tree.backend == "numpy"
+    assert record[0].filename == __file__  # points at the user's line, not library internals
     assert "replaystore._sumtree is not installed" in message
     assert "prioritized sampling" in message and "10x slower" in message
     assert "C compiler" in message and "reinstall" in message

@@ -107,7 +107,7 @@ def _warn_fallback(env: str) -> None:
         "--no-deps -e .). 'replaystore info' shows the active kernels; set "
         f"{env}=numpy to choose the NumPy kernel on purpose and silence this warning.",
         CompiledKernelWarning,
-        stacklevel=4,
+        stacklevel=5,  # the caller of SumTree(...) or TransitionBuffer(...)
     )
 
 
