@@ -16,8 +16,8 @@ User errors (a missing file, a bad option, a file that is not what it should
 be, an unsafe pickle) are printed as one line on stderr with exit status 2; an
 unknown option or command gets a "did you mean" suggestion and a pointer to the
 help of the command it was given to. Anything else is a bug and keeps its
-traceback. Long work shows a progress bar
-on stderr when stderr is a terminal, and nothing otherwise.
+traceback. Long work shows a progress bar on stderr when stderr is a terminal,
+and nothing otherwise.
 """
 
 from __future__ import annotations
@@ -591,7 +591,7 @@ _CORE_PACKAGES = ("torch", "numpy", "tensordict")
 # (import name, distribution, how to install it, what needs it)
 _OPTIONAL_PACKAGES = (
     ("pyarrow", "pyarrow", "replaystore[parquet]", "Parquet task files (pipeline task sampler)"),
-    ("pandas", "pandas", "pandas", "task tables as DataFrames (WebGym-style task sampling)"),
+    ("pandas", "pandas", "replaystore[pandas]", "DataFrames in the WebGym utils drop-ins"),
     ("gymnasium", "gymnasium", "replaystore[demo]", "the demo's DQN part, the DQN example"),
     ("matplotlib", "matplotlib", "replaystore[demo]", "the demo's plots"),
     ("pydantic", "pydantic", "pydantic", "AWorld-style pydantic models in experience rows"),
@@ -706,16 +706,16 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"platform: {info['platform']}")
     cuda = info["cuda"]
     gpus = f"available, {cuda['devices']} device(s)" if cuda["available"] else "not available"
-    rows = [(name, v[name] or "NOT INSTALLED") for name in _CORE_PACKAGES]
+    packages = [(name, v[name] or "NOT INSTALLED") for name in _CORE_PACKAGES]
     print("\npackages:")
-    for line in _table(("package", "version"), rows, "ll", indent="  "):
+    for line in _table(("package", "version"), packages, "ll", indent="  "):
         print(line)
     build = f"torch built for CUDA {cuda['torch_cuda']}" if cuda["torch_cuda"] else "CPU-only torch"
     print(f"  CUDA: {gpus} ({build})")
     print("\ncompiled kernels:")
     active = {"c": "compiled", "numpy": "NumPy", "error": "ERROR"}
-    rows = [(k["name"], active[k["active"]], k["used_by"], k["note"]) for k in info["kernels"]]
-    for line in _table(("kernel", "active", "used for", "note"), rows, "llll", indent="  "):
+    kernels = [(k["name"], active[k["active"]], k["used_by"], k["note"]) for k in info["kernels"]]
+    for line in _table(("kernel", "active", "used for", "note"), kernels, "llll", indent="  "):
         print(line)
     if any(not k["installed"] for k in info["kernels"]):
         print(
@@ -770,7 +770,7 @@ def _ratio(text: str) -> float:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> _Parser:
     parser = _Parser(
         prog="replaystore",
         description="Store and sample reinforcement-learning experience.",
