@@ -966,14 +966,21 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``replaystore`` command; returns the exit status."""
+    """Entry point of the ``replaystore`` command; returns the exit status.
+
+    Never raises SystemExit: ``--help`` and ``--version`` return 0, usage errors 2
+    (after printing), so in-process callers get the status the shell would.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     commands = _commands(parser)
-    _check_options(parser, commands, argv)
-    args, extras = parser.parse_known_args(argv)
-    if extras:  # stray positional words: report them against the command they followed
-        commands[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
+    try:
+        _check_options(parser, commands, argv)
+        args, extras = parser.parse_known_args(argv)
+        if extras:  # stray positional words: report them against the command they followed
+            commands[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
+    except SystemExit as exc:  # argparse's way out of --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else 2
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
