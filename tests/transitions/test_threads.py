@@ -1,8 +1,15 @@
-"""One writer thread and one sampler thread: every sampled row is a whole transition."""
+"""Threads sharing one buffer: whole transitions only, and a fair lock.
+
+Every test does a fixed amount of work in each thread and then joins them; no
+outcome depends on how fast the machine is or how the threads are scheduled
+(the join timeout only turns a deadlock into a failure).
+"""
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -11,55 +18,140 @@ import torch
 from replaystore.transitions import ReplayBuffer
 
 CONST = 3.0
+CAPACITY = 512
+JOIN_S = 120  # deadlock guard only
+STEPS = 5000  # writer steps: a single add, or a batch of 100 every 7th
 
 
-@pytest.mark.slow
+def _row(i: int) -> dict[str, object]:
+    return {"obs": np.full(64, i * CONST, np.float32), "action": i}
+
+
+def _rows(first: int, n: int) -> dict[str, np.ndarray]:
+    ids = np.arange(first, first + n)
+    obs = np.repeat((ids * CONST).astype(np.float32)[:, None], 64, axis=1)
+    return {"obs": obs, "action": ids}
+
+
+def _run(*targets: Callable[[], None]) -> list[BaseException]:
+    """Run every target in its own thread, released together; the errors they raised."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(targets))
+
+    def wrap(target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                start.wait(JOIN_S)
+                target()
+            except BaseException as exc:
+                errors.append(exc)
+
+        return run
+
+    threads = [threading.Thread(target=wrap(t), daemon=True) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOIN_S)
+        assert not t.is_alive(), "a thread did not finish (deadlock)"
+    return errors
+
+
 @pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
 def test_concurrent_writer_and_sampler_see_consistent_rows(storage_kind: str, sampler: str) -> None:
-    buf = ReplayBuffer("cpu", "cpu", 512, storage=storage_kind, sampler=sampler, seed=0)
-    buf.add({"obs": np.zeros(64, np.float32), "action": 0})
-    stop = threading.Event()
-    errors: list[BaseException] = []
+    """A writer adds a fixed sequence (single adds and wrapping batches) while a
+    sampler draws a fixed number of batches: every sampled row is one whole
+    transition, and afterwards the ring holds exactly the newest items."""
+    buf = ReplayBuffer("cpu", "cpu", CAPACITY, storage=storage_kind, sampler=sampler, seed=0)
+    buf.add(_row(0))
+    n_samples = 300
     sampled = [0]
 
     def writer() -> None:
         i = 1
-        try:
-            while not stop.is_set():
-                if i % 7 == 0:  # batches that wrap around the ring
-                    ids = np.arange(i, i + 100)
-                    obs = np.repeat((ids * CONST).astype(np.float32)[:, None], 64, axis=1)
-                    buf.add_batch({"obs": obs, "action": ids})
-                    i += 100
-                else:
-                    buf.add({"obs": np.full(64, i * CONST, np.float32), "action": i})
-                    i += 1
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for step in range(1, STEPS + 1):
+            if step % 7 == 0:  # batches that wrap around the ring
+                buf.add_batch(_rows(i, 100))
+                i += 100
+            else:
+                buf.add(_row(i))
+                i += 1
 
     def sampler_loop() -> None:
-        try:
-            for _ in range(1500):
-                out = buf.sample_batch(64)
-                # obs = float32(id * CONST), computed in float64 as the writer does:
-                # exact for every id (float32(id) * CONST is not once ids pass 2**24,
-                # which a fast writer reaches within the 1500 samples).
-                expected = (out["action"].to(torch.float64)[:, None] * CONST).to(torch.float32)
-                if not torch.equal(out["obs"], expected.expand(-1, 64)):
-                    raise AssertionError("a sampled row mixes two transitions")
-                if sampler == "prioritized":
-                    buf.update_priorities(out["index"], torch.rand(64))
-                sampled[0] += 1
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            stop.set()
+        for _ in range(n_samples):
+            out = buf.sample_batch(64)
+            expected = (out["action"].to(torch.float64)[:, None] * CONST).to(torch.float32)
+            if not torch.equal(out["obs"], expected.expand(-1, 64)):
+                raise AssertionError("a sampled row mixes two transitions")
+            if sampler == "prioritized":
+                buf.update_priorities(out["index"], torch.rand(64))
+            sampled[0] += 1
 
-    threads = [threading.Thread(target=writer), threading.Thread(target=sampler_loop)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    buf.close()
+    errors = _run(writer, sampler_loop)
     assert not errors, errors[0]
-    assert sampled[0] == 1500
+    assert sampled[0] == n_samples
+    # id 0, then STEPS - STEPS // 7 single adds and STEPS // 7 batches of 100.
+    last = (STEPS - STEPS // 7) + 100 * (STEPS // 7)
+    held = buf.sample_all(chronological=True)
+    np.testing.assert_array_equal(held["action"].numpy(), np.arange(last - CAPACITY + 1, last + 1))
+    buf.close()
+
+
+def test_two_samplers_and_a_writer_each_finish_their_work(storage_kind: str) -> None:
+    buf = ReplayBuffer("cpu", "cpu", CAPACITY, storage=storage_kind, seed=1)
+    buf.add_batch(_rows(0, CAPACITY))
+    counts = [0, 0]
+
+    def writer() -> None:
+        for i in range(CAPACITY, CAPACITY + 2000):
+            buf.add(_row(i))
+
+    def sampler_loop(k: int) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(150):
+                out = buf.sample_batch(32)
+                expected = (out["action"].to(torch.float64)[:, None] * CONST).to(torch.float32)
+                assert torch.equal(out["obs"], expected.expand(-1, 64))
+                counts[k] += 1
+
+        return run
+
+    errors = _run(writer, sampler_loop(0), sampler_loop(1))
+    assert not errors, errors[0]
+    assert counts == [150, 150]
+    assert len(buf) == CAPACITY
+    buf.close()
+
+
+def _wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + JOIN_S
+    while not condition():
+        assert time.monotonic() < deadline, "a thread never queued for the buffer"
+        time.sleep(0.0005)
+
+
+def test_a_waiting_sampler_gets_the_buffer_before_the_writers_next_add(
+    storage_kind: str,
+) -> None:
+    """Structural fairness: the writer holds the buffer (mid-add), a sampler
+    queues for it; the writer's next add, right after, waits for the sampler.
+    With a plain lock the releasing writer takes it back first."""
+    buf = ReplayBuffer("cpu", "cpu", 64, storage=storage_kind, seed=2)
+    buf.add_batch(_rows(0, 10))
+    seen: list[int] = []
+
+    def sampler_thread() -> None:
+        seen.append(len(buf.sample_all()))
+
+    buf._lock.acquire()  # the writer, in the middle of an add
+    thread = threading.Thread(target=sampler_thread, daemon=True)
+    thread.start()
+    _wait_until(lambda: buf._lock.waiting() == 1)
+    buf._lock.release()
+    for i in range(10, 13):  # and straight back, as a writer in a loop does
+        buf.add(_row(i))
+    thread.join(JOIN_S)
+    assert not thread.is_alive()
+    assert seen == [10]  # the sample ran before any of the three adds
+    assert len(buf) == 13
+    buf.close()
