@@ -17,6 +17,7 @@ __all__ = [
     "EmptyBufferError",
     "ExportError",
     "ImageError",
+    "ModelServerError",
     "PriorityError",
     "QueryError",
     "ReplayStoreError",
@@ -73,6 +74,18 @@ class PriorityError(ReplayStoreError, ValueError):
 
 class ImageError(ReplayStoreError, ValueError):
     """An image file or data URL is unreadable, not an image, or of an unsupported type."""
+
+
+class ModelServerError(ReplayStoreError, RuntimeError):
+    """A model server (OpenAI chat-completions protocol, e.g. vLLM) refused a request, kept
+    failing after retries, or answered in a shape the protocol does not allow.
+
+    ``status`` is the last HTTP status (``None`` for timeouts and connection errors).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class ConfigError(ReplayStoreError, ValueError):
