@@ -189,6 +189,31 @@ _ENCODER = json.JSONEncoder(
 _dumps = _ENCODER.encode
 _loads = json.JSONDecoder().decode
 
+# The same encoder, called directly: ``JSONEncoder.encode`` builds a new C encoder
+# object on every call (a third of the cost of encoding a small payload). Without
+# the circular-reference markers, a cycle ends in RecursionError instead of
+# ValueError; :func:`_encode_payload` turns both into the same error.
+try:
+    from json.encoder import c_make_encoder as _c_make_encoder
+    from json.encoder import encode_basestring as _encode_basestring
+except ImportError:  # pragma: no cover - CPython always has the C accelerator
+    _c_make_encoder = None
+_C_ENCODE = (
+    _c_make_encoder(None, _json_default, _encode_basestring, None, ":", ",", False, False, False)
+    if _c_make_encoder is not None
+    else None
+)
+
+
+def _encode_payload(payload: Any) -> str:
+    """``_dumps(payload)`` through the cached C encoder (same text, same errors)."""
+    if _C_ENCODE is None:  # pragma: no cover
+        return _dumps(payload)
+    try:
+        return "".join(_C_ENCODE(payload, 0))
+    except RecursionError:
+        raise ValueError("Circular reference detected (or nesting too deep)") from None
+
 
 def to_json_value(value: Any, where: str = "value") -> Any:
     """Convert ``value`` to plain JSON data (dicts, lists, str, numbers, bools, None).
@@ -366,31 +391,41 @@ def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedR
 
     Cost: one ``json.dumps`` of the payload, and one ``json.loads`` when ``decode``.
     """
-    if row is None:
-        raise SchemaError(f"{where} is None; expected a DataRow")
-    if isinstance(row, Mapping):
-        row = DataRow.from_dict(row)
-    if not isinstance(row, DataRow):
-        raise SchemaError(f"{where} must be a DataRow, got {type(row).__name__}")
+    if type(row) is not DataRow:  # the exact type skips the (slow) ABC checks below
+        if row is None:
+            raise SchemaError(f"{where} is None; expected a DataRow")
+        if isinstance(row, Mapping):
+            row = DataRow.from_dict(row)
+        if not isinstance(row, DataRow):
+            raise SchemaError(f"{where} must be a DataRow, got {type(row).__name__}")
     row_id = row.id
-    if not isinstance(row_id, str) or not row_id:
-        raise SchemaError(f"{where}: id must be a non-empty string, got {row_id!r}")
-    try:
-        _check_utf8(row_id)
-    except ValueError as exc:
-        raise SchemaError(f"{where}: id {row_id!r}: {exc}") from None
+    if type(row_id) is not str or not row_id or not row_id.isascii():
+        if not isinstance(row_id, str) or not row_id:
+            raise SchemaError(f"{where}: id must be a non-empty string, got {row_id!r}")
+        try:
+            _check_utf8(row_id)
+        except ValueError as exc:
+            raise SchemaError(f"{where}: id {row_id!r}: {exc}") from None
     meta = _check_meta(row.exp_meta, row_id)
     exp = row.exp_data
     if exp is None:
         raise SchemaError(f"row {row_id!r}: exp_data is required (got None)")
-    if not isinstance(exp, Experience):
+    if type(exp) is not Experience and not isinstance(exp, Experience):
         raise SchemaError(
             f"row {row_id!r}: exp_data must be an Experience, got {type(exp).__name__}"
         )
-    payload = {name: getattr(exp, name) for name in PAYLOAD_FIELDS}
+    payload = {
+        "state": exp.state,
+        "actions": exp.actions,
+        "reward_t": exp.reward_t,
+        "adv_t": exp.adv_t,
+        "v_t": exp.v_t,
+        "messages": exp.messages,
+    }
     try:
-        text = _dumps(payload)
-        _check_utf8(text)
+        text = _encode_payload(payload)
+        if not text.isascii():
+            _check_utf8(text)
     except (TypeError, ValueError) as exc:
         for name, value in payload.items():  # find the field to name in the error
             try:

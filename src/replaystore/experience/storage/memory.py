@@ -16,7 +16,15 @@ from typing import Any
 
 from replaystore.errors import SchemaError
 from replaystore.experience.query import Condition, compile_predicate, validate_condition
-from replaystore.experience.rows import DataRow, ExpMeta, encode_batch
+from replaystore.experience.rows import (
+    PAYLOAD_FIELDS,
+    DataRow,
+    ExpMeta,
+    _experience_from_json,
+    _loads,
+    encode_batch,
+    encode_row,
+)
 from replaystore.experience.storage.base import (
     Eviction,
     Storage,
@@ -29,7 +37,7 @@ from replaystore.sampling import SeedLike
 
 __all__ = ["InMemoryStorage", "RowIndex"]
 
-_INDEXED = ("agent_id", "task_name")
+_INDEXED = ("agent_id", "task_name")  # RowIndex.insert spells these out
 
 # A plan: candidate rows grouped by task ({task_id: seqs}) and whether every
 # candidate is known to match (so the predicate need not run).
@@ -78,9 +86,22 @@ class RowIndex:
         seqs.append(seq)
         if self.eviction == "row":
             self.row_order.append(seq)
-        for name in _INDEXED:
-            by_task = self.index[name].setdefault(getattr(meta, name), {})
-            by_task.setdefault(tid, {})[seq] = None
+        # The loop over _INDEXED, unrolled: this is most of the per-row upkeep.
+        index = self.index
+        by_task = index["agent_id"].get(meta.agent_id)
+        if by_task is None:
+            by_task = index["agent_id"][meta.agent_id] = {}
+        task_seqs = by_task.get(tid)
+        if task_seqs is None:
+            task_seqs = by_task[tid] = {}
+        task_seqs[seq] = None
+        by_task = index["task_name"].get(meta.task_name)
+        if by_task is None:
+            by_task = index["task_name"][meta.task_name] = {}
+        task_seqs = by_task.get(tid)
+        if task_seqs is None:
+            task_seqs = by_task[tid] = {}
+        task_seqs[seq] = None
 
     def remove(self, seq: int) -> None:
         """Remove the row ``seq`` (no-op if absent). O(1) for the oldest row of its task."""
@@ -227,15 +248,40 @@ class RowIndex:
         return [rows[s] for s in self.tasks.get(task_id, ())]
 
 
-def _given_row(row: Any, normalised: DataRow) -> DataRow:
+class _Snapshot:
+    """The payload of a row as it was when stored: its JSON text, decoded on first use.
+
+    Stands in for :class:`~replaystore.experience.rows.Experience` in the rows that
+    queries see (``getattr(snapshot, "state")`` and so on). Storing a row costs
+    the JSON encoding only; the decoding is paid by the first query that reads
+    the payload (a query on ``exp_meta`` fields never does).
+    """
+
+    __slots__ = ("_text", "_values")
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+        self._values: dict[str, Any] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in PAYLOAD_FIELDS:
+            raise AttributeError(name)
+        values = self._values
+        if values is None:
+            values = self._values = _loads(self._text)
+        return values.get(name)
+
+
+def _given_row(row: Any, normalised: DataRow, text: str) -> DataRow:
     """What reads return for a stored row: the caller's own object whenever it can be.
 
     A row given as a mapping, or with metadata given as a mapping, has no object
     a sampler could read ``exp_meta.step`` from; it is returned with the validated
-    :class:`ExpMeta` (and the caller's own ``exp_data``).
+    :class:`ExpMeta` (and the caller's own ``exp_data``); a mapping row comes back
+    as the :class:`DataRow` decoded from its stored JSON ``text``.
     """
     if not isinstance(row, DataRow):
-        return normalised
+        return DataRow(normalised.exp_meta, _experience_from_json(text), normalised.id)
     if isinstance(row.exp_meta, ExpMeta):
         return row
     return DataRow(normalised.exp_meta, row.exp_data, row.id)
@@ -284,27 +330,54 @@ class InMemoryStorage(Storage):
         return self._index.eviction
 
     def add(self, data: DataRow) -> None:
-        self.add_batch([data], _where="data")
+        # add_batch([data]) without the list machinery: the common call, kept short.
+        encoded = encode_row(data, "data", decode=False)
+        snapshot = encoded.row
+        snapshot.exp_data = _Snapshot(encoded.payload_json)  # type: ignore[assignment]
+        given = _given_row(data, snapshot, encoded.payload_json)
+        with self._lock:
+            index = self._index
+            if snapshot.id in index.ids:
+                raise SchemaError(f"row id {snapshot.id!r} is already stored")
+            seq = self._next_seq
+            index.insert(seq, snapshot)
+            self._given[seq] = given
+            self._next_seq = seq + 1
+            if index.max_capacity is not None and len(index.rows) > index.max_capacity:
+                for old in index.enforce_capacity():
+                    del self._given[old]
 
     def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
         batch: Any = data_batch
         if isinstance(batch, Iterable) and not isinstance(batch, Mapping):
             batch = list(batch)  # read once: validated, then kept
-        encoded = encode_batch(batch, _where)
-        given = [_given_row(r, e.row) for r, e in zip(batch, encoded, strict=True)]
+        encoded = encode_batch(batch, _where, decode=False)
+        snapshots = []
+        given = []
+        for row, e in zip(batch, encoded, strict=True):
+            snapshot = e.row
+            snapshot.exp_data = _Snapshot(e.payload_json)  # type: ignore[assignment]
+            snapshots.append(snapshot)
+            given.append(_given_row(row, snapshot, e.payload_json))
         with self._lock:
             index = self._index
+            ids = index.ids
             seen: set[str] = set()
-            for e in encoded:
-                if e.row.id in index.ids or e.row.id in seen:
-                    raise SchemaError(f"row id {e.row.id!r} is already stored")
-                seen.add(e.row.id)
-            for e, row in zip(encoded, given, strict=True):
-                index.insert(self._next_seq, e.row)
-                self._given[self._next_seq] = row
-                self._next_seq += 1
-            for seq in index.enforce_capacity():
-                del self._given[seq]
+            for snapshot in snapshots:
+                row_id = snapshot.id
+                if row_id in ids or row_id in seen:
+                    raise SchemaError(f"row id {row_id!r} is already stored")
+                seen.add(row_id)
+            seq = self._next_seq
+            stored = self._given
+            insert = index.insert
+            for snapshot, row in zip(snapshots, given, strict=True):
+                insert(seq, snapshot)
+                stored[seq] = row
+                seq += 1
+            self._next_seq = seq
+            for old in index.enforce_capacity():
+                del stored[old]
 
     def size(self, query_condition: Condition | None = None) -> int:
         with self._lock:
