@@ -1,9 +1,10 @@
-"""Property: the in-memory evaluator and the SQL compiler select the same rows."""
+"""Property: the in-memory evaluator and the SQL compilers (SQLite, PostgreSQL) agree."""
 
 from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -92,11 +93,36 @@ CONDITIONS = st.recursive(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.fixture(scope="module")
+def sql_stores(request, tmp_path_factory):
+    """``make(kind)``: an empty SQL store of ``kind`` (a fresh SQLite file; PostgreSQL reused)."""
+    pg = []
+
+    def make(kind):
+        if kind == "sqlite":
+            return SqliteStorage(tmp_path_factory.getbasetemp() / f"prop{next(_counter)}.sqlite")
+        if not pg:
+            url = request.getfixturevalue("postgres_url")
+            from replaystore.experience import PostgresStorage
+
+            pg.append(PostgresStorage(url, schema="prop"))
+        pg[0].clear()  # one schema for every example: creating tables costs more than clearing
+        return pg[0]
+
+    yield make
+    for store in pg:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(data=rows(), conditions=st.lists(CONDITIONS, min_size=1, max_size=4))
-def test_evaluator_and_sql_compiler_select_the_same_rows(tmp_path_factory, data, conditions):
-    path = tmp_path_factory.getbasetemp() / f"prop{next(_counter)}.sqlite"
-    sql_store = SqliteStorage(path)
+def test_evaluator_and_sql_compiler_select_the_same_rows(sql_stores, kind, data, conditions):
+    sql_store = sql_stores("sqlite" if kind == "sqlite" else "postgres")
     mem_store = InMemoryStorage(None)
     sql_store.add_batch(data)
     mem_store.add_batch(data)
@@ -110,4 +136,5 @@ def test_evaluator_and_sql_compiler_select_the_same_rows(tmp_path_factory, data,
             r.id for r in mem_store.sample_rows(3, cond, rng=5)
         ]
         assert sql_store.sample_task_ids(2, cond, rng=5) == mem_store.sample_task_ids(2, cond, 5)
-    sql_store.close()
+    if kind == "sqlite":
+        sql_store.close()

@@ -17,6 +17,8 @@ Switching from AWorld is an import change::
 
 from __future__ import annotations
 
+from typing import Any
+
 from replaystore.experience.buffer import ReplayBuffer
 from replaystore.experience.decoding import FieldDecoders
 from replaystore.experience.query import QueryBuilder
@@ -34,6 +36,7 @@ from replaystore.experience.storage import (
     MultiProcMemoryStorage,
     SqliteStorage,
     Storage,
+    open_storage,
 )
 
 ExperienceBuffer = ReplayBuffer
@@ -48,6 +51,7 @@ __all__ = [
     "FieldDecoders",
     "InMemoryStorage",
     "MultiProcMemoryStorage",
+    "PostgresStorage",
     "QueryBuilder",
     "RandomSampler",
     "RandomTaskSample",
@@ -56,4 +60,14 @@ __all__ = [
     "SqliteStorage",
     "Storage",
     "TaskSampler",
+    "open_storage",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresStorage imports psycopg (the "postgres" extra): only when asked for.
+    if name == "PostgresStorage":
+        from replaystore.experience.storage.postgres import PostgresStorage
+
+        return PostgresStorage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

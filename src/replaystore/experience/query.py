@@ -27,6 +27,8 @@ tested against each other):
 
 from __future__ import annotations
 
+import json
+import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -427,18 +429,35 @@ def _json_path(path: Sequence[str]) -> str:
     return "".join(out)
 
 
-def compile_sql(cond: Condition | None, payload_column: str = "data") -> tuple[str, list[Any]]:
-    """Compile ``cond`` to an SQLite ``WHERE`` expression and its bound parameters.
+def compile_sql(
+    cond: Condition | None, payload_column: str = "data", *, dialect: str = "sqlite"
+) -> tuple[str, list[Any]]:
+    """Compile ``cond`` to a ``WHERE`` expression and its bound parameters.
 
     Metadata fields map to the columns of the same name, ``id`` to ``id``, payload
-    paths to ``json_extract``/``json_type`` on ``payload_column``. Values and JSON
-    paths are always bound parameters; only whitelisted column names and fixed
-    SQL text are written into the expression.
+    paths to ``payload_column``. Values and JSON path segments are always bound
+    parameters; only whitelisted column names and fixed SQL text are written
+    into the expression.
+
+    Args:
+        cond: a condition dict (validated first) or ``None`` (every row).
+        payload_column: the column holding the payload JSON.
+        dialect: ``"sqlite"`` (``?`` placeholders, ``json_extract``/``json_type`` on
+            JSON text) or ``"postgresql"`` (``%s`` placeholders for psycopg,
+            ``->``/``#>`` and ``jsonb_typeof`` on a JSONB column, string order by
+            code point with ``COLLATE "C"``).
 
     Raises:
-        QueryError: ``cond`` is malformed.
+        QueryError: ``cond`` is malformed or ``dialect`` is unknown.
     """
     validate_condition(cond)
+    if dialect == "postgresql":
+        if cond is None:
+            return "TRUE", []
+        pg_params: list[Any] = []
+        return _pg_sql(cond, pg_params, payload_column), pg_params
+    if dialect != "sqlite":
+        raise QueryError(f"unknown SQL dialect {dialect!r}; dialects: sqlite, postgresql")
     if cond is None:
         return "1", []
     params: list[Any] = []
@@ -560,3 +579,197 @@ def _sql_json(op: str, value: Any, path: str, field: str, params: list[Any], col
     expr = val()
     params.append(value)
     return f"({test} AND {expr} {_SQL_ORDER[op]} ?)"
+
+
+# ----------------------------------------------------------------------------- PostgreSQL
+#
+# The PostgreSQL dialect reads the payload from a JSONB column. Every leaf is wrapped in
+# coalesce(..., FALSE) so it is TRUE or FALSE, never NULL: a missing path gives NULL inside
+# it, and the semantics say "false". JSON values are compared as JSONB (numbers exactly, as
+# numeric; strings exactly; no equality across kinds), strings are ordered by code point
+# (COLLATE "C" on UTF-8), and PostgreSQL text can hold no NUL character, so a query value
+# with one is rewritten into an equivalent test without it (it equals no stored string).
+
+
+def _pg_sql(cond: Mapping[str, Any], params: list[Any], col: str) -> str:
+    if "and_" in cond:
+        return "(" + " AND ".join(_pg_sql(c, params, col) for c in cond["and_"]) + ")"
+    if "or_" in cond:
+        return "(" + " OR ".join(_pg_sql(c, params, col) for c in cond["or_"]) + ")"
+    root, rest = _parse_field(cond["field"])
+    op = "in" if cond["op"] == "in_" else cond["op"]
+    value = cond.get("value")
+    if root == "exp_data":
+        leaf = _pg_json(op, value, rest, params, col)
+    else:
+        leaf = _pg_column(op, value, "id" if root == "id" else rest[0], params)
+    return f"coalesce({leaf}, FALSE)"
+
+
+def _unstorable(value: Any) -> bool:
+    """True for a value no stored value can equal: an infinite float, a string with NUL."""
+    if isinstance(value, float):
+        return value != value or value in (float("inf"), float("-inf"))
+    return isinstance(value, str) and "\x00" in value
+
+
+def _pg_string_order(op: str, value: str) -> tuple[str, str]:
+    """``(sql_op, bound)`` free of NUL: no stored string has one, so ``s >= "ab\\0c"``
+    is ``s > "ab"`` and ``s < "ab\\0c"`` is ``s <= "ab"``."""
+    cut = value.find("\x00")
+    if cut < 0:
+        return _SQL_ORDER[op], value
+    return (">" if op in ("gt", "gte") else "<="), value[:cut]
+
+
+def _pg_number_test(column: str, op: str, value: Any, integer: bool, params: list[Any]) -> str:
+    """``column <op> value`` for a never-NULL number column, exact as Python's comparison.
+
+    ``integer`` columns (BIGINT) compare with a float by rounding the bound the
+    right way; float columns (DOUBLE PRECISION) compare with an int that no float
+    equals by moving to the nearest float and adjusting the operator, so no
+    precision is lost in a cast either way.
+    """
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        if op == "eq":
+            return "FALSE"
+        if op in ("lt", "lte"):
+            return "TRUE" if value > 0 else "FALSE"
+        return "FALSE" if value > 0 else "TRUE"
+    if integer and isinstance(value, float):
+        if op == "eq":
+            if not value.is_integer():
+                return "FALSE"
+            value = int(value)
+        else:
+            value = math.floor(value) if op in ("gt", "lte") else math.ceil(value)
+    elif not integer and isinstance(value, int):
+        try:
+            near = float(value)
+        except OverflowError:
+            if op == "eq":
+                return "FALSE"
+            below = op in ("lt", "lte")  # every float is below a huge positive int
+            return "TRUE" if below == (value > 0) else "FALSE"
+        if near != value:
+            if op == "eq":
+                return "FALSE"
+            if near > value:  # no float lies between value and near
+                op = "gte" if op in ("gt", "gte") else "lt"
+            else:
+                op = "gt" if op in ("gt", "gte") else "lte"
+        value = near
+    params.append(value)
+    return f"({column} {'=' if op == 'eq' else _SQL_ORDER[op]} %s)"
+
+
+def _pg_column(op: str, value: Any, column: str, params: list[Any]) -> str:
+    """Leaf on a typed column: TEXT columns hold str or NULL; step/execute_time never NULL."""
+    text = column in _TEXT_COLUMNS
+    kind = "str" if text else "num"
+    present = f"({column} IS NOT NULL)"
+    if op == "is_null":
+        return f"({column} IS NULL)"
+    if op == "is_not_null":
+        return present
+    if op in ("eq", "ne", "in", "not_in"):
+        values = [value] if op in ("eq", "ne") else list(value)
+        tests: list[str] = []
+        for v in values:
+            if _kind(v) != kind or _unstorable(v):
+                continue
+            if text:
+                params.append(v)
+                tests.append(f"({column} = %s)")
+            else:
+                test = _pg_number_test(column, "eq", v, column == "step", params)
+                if test != "FALSE":
+                    tests.append(test)
+        anyof = "(" + " OR ".join(tests) + ")" if tests else "FALSE"
+        return anyof if op in ("eq", "in") else f"({present} AND NOT {anyof})"
+    if op in ("like", "not_like"):
+        if not text or "\x00" in value:
+            return "FALSE" if op == "like" else present
+        params.append(value)
+        like = f"(strpos({column}, %s) > 0)"
+        return like if op == "like" else f"({present} AND NOT {like})"
+    if _kind(value) != kind:
+        return "FALSE"
+    if text:
+        sql_op, bound = _pg_string_order(op, value)
+        params.append(bound)
+        return f'({column} COLLATE "C" {sql_op} %s)'
+    return _pg_number_test(column, op, value, column == "step", params)
+
+
+def _pg_json(op: str, value: Any, path: Sequence[str], params: list[Any], col: str) -> str:
+    """Leaf on a path into the JSONB payload; the path is NULL where it does not exist."""
+
+    def node() -> str:
+        # ``-> text`` follows an object key (NULL on an array); ``#> {digits}`` also
+        # indexes arrays, as the evaluator does for a segment of ASCII digits.
+        expr = col
+        for seg in path:
+            if seg.isdigit() and seg.isascii():
+                params.append([seg])
+                expr = f"({expr} #> %s::text[])"
+            else:
+                params.append(seg)
+                expr = f"({expr} -> %s::text)"
+        return expr
+
+    def present() -> str:
+        return f"(coalesce(jsonb_typeof({node()}), 'null') <> 'null')"
+
+    def typed(kind: str) -> str:
+        return f"(jsonb_typeof({node()}) = '{kind}')"
+
+    def anyof(values: Sequence[Any]) -> str:
+        usable = [v for v in values if not _unstorable(v)]
+        if not usable:
+            return "FALSE"
+        expr = node()
+        params.extend(_dumps_json(v) for v in usable)
+        marks = ", ".join(["%s::jsonb"] * len(usable))
+        return f"({expr} IN ({marks}))"
+
+    def like() -> str:
+        if "\x00" in value:
+            return "FALSE"
+        test = typed("string")
+        expr = node()
+        params.append(value)
+        return f"({test} AND strpos({expr} #>> '{{}}', %s) > 0)"
+
+    if op == "is_null":
+        return f"(coalesce(jsonb_typeof({node()}), 'null') = 'null')"
+    if op == "is_not_null":
+        return present()
+    if op in ("eq", "in"):
+        return anyof([value] if op == "eq" else value)
+    if op in ("ne", "not_in"):
+        p = present()
+        return f"({p} AND NOT coalesce({anyof([value] if op == 'ne' else value)}, FALSE))"
+    if op == "like":
+        return like()
+    if op == "not_like":
+        p = present()
+        return f"({p} AND NOT coalesce({like()}, FALSE))"
+    if isinstance(value, str):
+        sql_op, bound = _pg_string_order(op, value)
+        test = typed("string")
+        expr = node()
+        params.append(bound)
+        return f"({test} AND ({expr} #>> '{{}}') COLLATE \"C\" {sql_op} %s)"
+    if value in (float("inf"), float("-inf")):
+        above = op in ("gt", "gte")
+        return "FALSE" if above == (value > 0) else typed("number")
+    test = typed("number")
+    expr = node()
+    params.append(_dumps_json(value))
+    return f"({test} AND {expr} {_SQL_ORDER[op]} %s::jsonb)"
+
+
+def _dumps_json(value: Any) -> str:
+    """A scalar as JSON text (floats in their shortest round-trip form, as rows store them)."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)

@@ -4,13 +4,36 @@
 * :class:`SqliteStorage`: one SQLite file; many processes; survives restarts and crashes.
 * :class:`MultiProcMemoryStorage`: a ``multiprocessing.Manager``; processes on one
   machine, no files, gone when the manager stops.
+* :class:`PostgresStorage`: a PostgreSQL database; writers on many machines
+  (needs the ``postgres`` extra; imported on first use).
+
+:func:`open_storage` opens any of the persistent ones from a URL or a path.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from replaystore.experience.storage.base import Storage
 from replaystore.experience.storage.memory import InMemoryStorage
 from replaystore.experience.storage.multiproc import MultiProcMemoryStorage
 from replaystore.experience.storage.sqlite import SqliteStorage
+from replaystore.experience.storage.urls import open_storage
 
-__all__ = ["InMemoryStorage", "MultiProcMemoryStorage", "SqliteStorage", "Storage"]
+__all__ = [
+    "InMemoryStorage",
+    "MultiProcMemoryStorage",
+    "PostgresStorage",
+    "SqliteStorage",
+    "Storage",
+    "open_storage",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresStorage imports psycopg: only when asked for.
+    if name == "PostgresStorage":
+        from replaystore.experience.storage.postgres import PostgresStorage
+
+        return PostgresStorage
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
