@@ -11,8 +11,22 @@ sample on the same store.
 
 A process killed at any instant leaves the file consistent: a batch is in it
 whole or not at all (SQLite's journal), and ``PRAGMA integrity_check`` passes.
-Committed batches survive a process crash; after a power loss the last few
-commits may be missing (``synchronous=NORMAL``), but the file is not corrupt.
+
+Durability is a choice (``synchronous=``): with ``"NORMAL"`` (the default, in WAL
+mode) committed batches survive a crash of the process, but after a power loss
+or an OS crash the last few commits may be missing (the file is never corrupt);
+a commit costs no fsync, which is what makes one-row ``store`` calls cheap
+(tens of microseconds). ``"FULL"`` fsyncs the log on every commit, so every
+commit survives a power loss too, at about 4x the cost of a one-row commit on
+an SSD (batches amortise it).
+
+Indexes: besides the row id and ``(task_id, seq)``, the table ``task_keys``
+records, per task, the distinct ``agent_id`` and ``task_name`` values of its
+rows (with the task's first sequence number). A condition with ``eq``/``in_``
+on those fields (or on ``task_id``) first narrows the search to the tasks that
+can match, through that table, then reads only their rows; sampling tasks by
+such a condition reads only the table. It costs a write only when a task
+meets a new agent or task name, unlike an index over every row.
 """
 
 from __future__ import annotations
@@ -29,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from replaystore.errors import SchemaError, StorageError
+from replaystore.errors import ConfigError, SchemaError, StorageError
 from replaystore.experience.decoding import FieldDecoders, as_decoders
 from replaystore.experience.query import Condition, compile_sql
 from replaystore.experience.rows import META_FIELDS, DataRow, decode_row, encode_batch
@@ -60,23 +74,34 @@ CREATE TABLE IF NOT EXISTS rows (
     data TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS rows_task ON rows (task_id, seq);
-CREATE INDEX IF NOT EXISTS rows_agent ON rows (agent_id, task_id);
-CREATE INDEX IF NOT EXISTS rows_task_name ON rows (task_name, task_id);
-CREATE INDEX IF NOT EXISTS rows_step ON rows (step);
-CREATE INDEX IF NOT EXISTS rows_execute_time ON rows (execute_time);
-CREATE INDEX IF NOT EXISTS rows_pre_agent ON rows (pre_agent);
 CREATE TABLE IF NOT EXISTS tasks (
     task_id TEXT PRIMARY KEY,
     first_seq INTEGER NOT NULL,
     n_rows INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tasks_first ON tasks (first_seq);
+CREATE TABLE IF NOT EXISTS task_keys (
+    field TEXT NOT NULL,
+    value TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    PRIMARY KEY (field, value, first_seq, task_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS task_keys_task ON task_keys (task_id);
 CREATE TABLE IF NOT EXISTS stats (
     key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
 INSERT OR IGNORE INTO stats (key, value) VALUES ('n_rows', 0);
 """
+
+# Metadata fields recorded per task in ``task_keys`` (see the module docstring).
+_KEYED = ("agent_id", "task_name")
+_KEY_INSERT = (
+    "INSERT OR IGNORE INTO task_keys (field, value, first_seq, task_id) "
+    "SELECT ?, ?, first_seq, task_id FROM tasks WHERE task_id = ?"
+)
+_SYNCHRONOUS = ("NORMAL", "FULL")
 
 _COLUMNS = "seq, id, " + ", ".join(META_FIELDS) + ", data"
 _INSERT = (
@@ -108,6 +133,50 @@ def _create_file(path: Path) -> None:
         raise StorageError(f"cannot create SQLite store {path}: {exc}") from exc
 
 
+def _task_filter(cond: Mapping[str, Any]) -> tuple[str, list[Any], bool] | None:
+    """SQL selecting ``(task_id, first_seq)`` of every task that can hold a row matching ``cond``.
+
+    Defined for ``eq``/``in_`` on ``exp_meta.task_id``, ``agent_id`` and ``task_name``,
+    an ``and_`` with at least one such part and an ``or_`` of only such parts;
+    ``None`` for anything else. The flag is True when the tasks selected are
+    exactly those with a matching row (a single leaf, or an ``or_`` of them), so
+    task sampling needs no further look at the rows; an ``and_`` of several
+    parts only narrows the search. ``cond`` must be validated already.
+    """
+    if "and_" in cond:
+        parts = cond["and_"]
+        for part in parts:
+            found = _task_filter(part)
+            if found is not None:
+                return found[0], found[1], found[2] and len(parts) == 1
+        return None
+    if "or_" in cond:
+        found_all = [_task_filter(part) for part in cond["or_"]]
+        if not found_all or any(f is None for f in found_all):
+            return None
+        sql = " UNION ".join(f[0] for f in found_all)  # type: ignore[index]
+        params = [v for f in found_all for v in f[1]]  # type: ignore[union-attr]
+        return sql, params, all(f[2] for f in found_all)  # type: ignore[index]
+    op = cond["op"]
+    field = cond["field"]
+    if op not in ("eq", "in", "in_") or not field.startswith("exp_meta."):
+        return None
+    name = field[len("exp_meta.") :]
+    values = [cond["value"]] if op == "eq" else list(cond["value"])
+    # Only strings equal a text field (as in the in-memory evaluator).
+    strings = list(dict.fromkeys(v for v in values if isinstance(v, str)))
+    marks = ", ".join("?" * len(strings))
+    if name == "task_id":
+        return f"SELECT task_id, first_seq FROM tasks WHERE task_id IN ({marks})", strings, True
+    if name not in _KEYED:
+        return None
+    return (
+        f"SELECT task_id, first_seq FROM task_keys WHERE field = ? AND value IN ({marks})",
+        [name, *strings],
+        True,
+    )
+
+
 class SqliteStorage(Storage):
     """Rows in one SQLite file, safe for many writer and reader processes.
 
@@ -120,15 +189,22 @@ class SqliteStorage(Storage):
             ``{"state": Observation, "actions": ActionModel}`` (see
             :class:`~replaystore.experience.decoding.FieldDecoders`); default: rows
             come back with plain JSON values.
+        synchronous: ``"NORMAL"`` (default): a commit survives a crash of the
+            process, not necessarily a power loss; no fsync per commit.
+            ``"FULL"``: every commit is fsynced and survives a power loss too
+            (slower one-row commits). See the module docstring.
 
-    Cost: ``add_batch`` of n rows is one transaction with n inserts (plus the
-    evictions it causes); ``size()`` reads a counter; a query uses the indexes on
-    the metadata columns (``task_id``, ``agent_id``, ``task_name``, ``step``,
-    ``execute_time``, ``pre_agent``) and scans only for payload paths.
+    Cost: ``add_batch`` of n rows is one transaction: one prepared insert run n
+    times, one upsert per task and one per new (task, agent) or (task, task name)
+    pair, the payload JSON encoded once per row; ``add`` is the same with one
+    row (one commit per call: prefer ``add_batch`` for bulk loads). ``size()``
+    reads a counter. A condition with ``eq``/``in_`` on ``task_id``,
+    ``agent_id`` or ``task_name`` reads only the rows of the tasks that can
+    match (see :meth:`query_plan`); other conditions scan the table once.
 
     Raises:
         StorageError: the file cannot be opened or is not a replaystore database.
-        ConfigError: a bad ``max_capacity``, ``eviction`` or ``decoders``.
+        ConfigError: a bad ``max_capacity``, ``eviction``, ``decoders`` or ``synchronous``.
     """
 
     def __init__(
@@ -139,8 +215,12 @@ class SqliteStorage(Storage):
         eviction: Eviction = "task",
         timeout: float = 60.0,
         decoders: FieldDecoders | Mapping[str, Any] | None = None,
+        synchronous: str = "NORMAL",
     ) -> None:
         self.max_capacity, self.eviction = check_capacity(max_capacity, eviction)
+        if not isinstance(synchronous, str) or synchronous.upper() not in _SYNCHRONOUS:
+            raise ConfigError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        self.synchronous = synchronous.upper()
         self.decoders: FieldDecoders | None = as_decoders(decoders)
         self.path = Path(path)
         self.timeout = float(timeout)
@@ -161,11 +241,13 @@ class SqliteStorage(Storage):
             "eviction": self.eviction,
             "timeout": self.timeout,
             "decoders": self.decoders,
+            "synchronous": self.synchronous,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.__dict__.setdefault("decoders", None)
+        self.__dict__.setdefault("synchronous", "NORMAL")
         self._conn = None
         self._pid = os.getpid()
         self._lock = threading.RLock()
@@ -195,7 +277,7 @@ class SqliteStorage(Storage):
         while True:
             try:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
                 conn.execute("BEGIN IMMEDIATE")
                 columns = [r[1] for r in conn.execute("PRAGMA table_info(rows)")]
                 if columns and columns != ["seq", "id", *META_FIELDS, "data"]:
@@ -205,9 +287,14 @@ class SqliteStorage(Storage):
                         f"{self.path} has a 'rows' table that is not a replaystore "
                         f"experience table (columns {columns})"
                     )
+                had_keys = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'task_keys'"
+                ).fetchone()
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)
+                if columns and not had_keys:  # a file written before task_keys existed
+                    self._rebuild_keys(conn, None)
                 conn.execute("COMMIT")
                 break
             except sqlite3.OperationalError as exc:
@@ -267,39 +354,79 @@ class SqliteStorage(Storage):
         if not encoded:
             return
         params = [e.record() for e in encoded]
-        with self._write() as conn:
-            before = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'rows'").fetchone()
-            conn.execute("SAVEPOINT batch")
-            try:
-                conn.executemany(_INSERT, params)
-            except sqlite3.IntegrityError as exc:
-                conn.execute("ROLLBACK TO batch")
-                raise SchemaError(f"{self._duplicate(conn, encoded)}; batch not stored") from exc
-            first = (before[0] if before else 0) + 1
-            # Task bookkeeping: one row per task (first seq, count) for FIFO eviction.
-            counts: dict[str, list[int]] = {}
-            for offset, e in enumerate(encoded):
-                entry = counts.setdefault(e.row.exp_meta.task_id, [first + offset, 0])
+        ids = [p[0] for p in params]
+        if len(set(ids)) != len(ids):
+            seen: set[str] = set()
+            for row_id in ids:
+                if row_id in seen:
+                    raise SchemaError(
+                        f"row id {row_id!r} appears twice in the batch; batch not stored"
+                    )
+                seen.add(row_id)
+        # Task bookkeeping, worked out before taking the write lock: per task the
+        # offset of its first row in the batch and its row count; the distinct
+        # (field, value, task) keys of the batch.
+        counts: dict[str, list[int]] = {}
+        keys: dict[tuple[str, str, str], None] = {}
+        for offset, p in enumerate(params):
+            tid = p[1]
+            entry = counts.get(tid)
+            if entry is None:
+                counts[tid] = [offset, 1]
+            else:
                 entry[1] += 1
+            if p[3] is not None:
+                keys["agent_id", p[3], tid] = None
+            if p[2] is not None:
+                keys["task_name", p[2], tid] = None
+        with self._write() as conn:
+            first = 2**63 - 1  # rows stored before this batch have seqs below ``first``
+            try:
+                if len(params) == 1:
+                    first = conn.execute(_INSERT, params[0]).lastrowid
+                else:
+                    before = conn.execute(
+                        "SELECT seq FROM sqlite_sequence WHERE name = 'rows'"
+                    ).fetchone()
+                    first = (before[0] if before else 0) + 1
+                    conn.executemany(_INSERT, params)
+            except sqlite3.IntegrityError as exc:
+                raise SchemaError(f"{self._duplicate(conn, ids, first)}; batch not stored") from exc
             conn.executemany(
                 "INSERT INTO tasks (task_id, first_seq, n_rows) VALUES (?, ?, ?) "
                 "ON CONFLICT (task_id) DO UPDATE SET n_rows = n_rows + excluded.n_rows",
-                [(tid, s, n) for tid, (s, n) in counts.items()],
+                [(tid, first + offset, n) for tid, (offset, n) in counts.items()],
             )
-            conn.execute("UPDATE stats SET value = value + ? WHERE key = 'n_rows'", (len(encoded),))
-            self._enforce_capacity(conn)
+            conn.executemany(_KEY_INSERT, list(keys))
+            conn.execute("UPDATE stats SET value = value + ? WHERE key = 'n_rows'", (len(params),))
+            if self.max_capacity is not None:
+                self._enforce_capacity(conn)
 
     @staticmethod
-    def _duplicate(conn: sqlite3.Connection, encoded: Sequence[Any]) -> str:
-        seen: set[str] = set()
-        for e in encoded:
-            row_id = e.row.id
-            if row_id in seen:
-                return f"row id {row_id!r} appears twice in the batch"
-            seen.add(row_id)
-            if conn.execute("SELECT 1 FROM rows WHERE id = ?", (row_id,)).fetchone():
+    def _duplicate(conn: sqlite3.Connection, ids: Sequence[str], first: int) -> str:
+        # Called inside the failed batch's transaction (rolled back after it), where
+        # the batch's rows inserted before the failure have seqs >= ``first``.
+        for row_id in ids:
+            sql = "SELECT 1 FROM rows WHERE id = ? AND seq < ?"
+            if conn.execute(sql, (row_id, first)).fetchone():
                 return f"row id {row_id!r} is already stored"
         return "a row id is already stored"
+
+    @staticmethod
+    def _rebuild_keys(conn: sqlite3.Connection, task_id: str | None) -> None:
+        """Recompute ``task_keys`` for one task (``None``: every task) from its rows."""
+        where, params = ("", []) if task_id is None else ("WHERE r.task_id = ?", [task_id])
+        conn.execute(
+            "DELETE FROM task_keys" + ("" if task_id is None else " WHERE task_id = ?"), params
+        )
+        for field in _KEYED:
+            conn.execute(
+                "INSERT OR IGNORE INTO task_keys (field, value, first_seq, task_id) "
+                f"SELECT DISTINCT ?, r.{field}, t.first_seq, r.task_id FROM rows AS r "
+                f"JOIN tasks AS t ON t.task_id = r.task_id {where} "
+                f"{'AND' if where else 'WHERE'} r.{field} IS NOT NULL",
+                [field, *params],
+            )
 
     def _count(self, conn: sqlite3.Connection) -> int:
         return int(conn.execute("SELECT value FROM stats WHERE key = 'n_rows'").fetchone()[0])
@@ -331,6 +458,7 @@ class SqliteStorage(Storage):
             if len(oldest) > 1:
                 conn.execute("DELETE FROM rows WHERE task_id = ?", (tid,))
                 conn.execute("DELETE FROM tasks WHERE task_id = ?", (tid,))
+                conn.execute("DELETE FROM task_keys WHERE task_id = ?", (tid,))
                 removed += n
             else:  # one task alone exceeds the capacity: keep its newest rows
                 conn.execute(
@@ -348,14 +476,17 @@ class SqliteStorage(Storage):
         left = conn.execute("SELECT min(seq) FROM rows WHERE task_id = ?", (task_id,)).fetchone()[0]
         if left is None:
             conn.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
+            conn.execute("DELETE FROM task_keys WHERE task_id = ?", (task_id,))
         else:
             # first_seq stays the task's first row ever: tasks keep their age order.
             conn.execute("UPDATE tasks SET n_rows = n_rows - ? WHERE task_id = ?", (n, task_id))
+            SqliteStorage._rebuild_keys(conn, task_id)  # its agents/names may be gone
 
     def clear(self) -> None:
         with self._write() as conn:
             conn.execute("DELETE FROM rows")
             conn.execute("DELETE FROM tasks")
+            conn.execute("DELETE FROM task_keys")
             conn.execute("UPDATE stats SET value = 0 WHERE key = 'n_rows'")
 
     # ------------------------------------------------------------------ reading
@@ -364,11 +495,46 @@ class SqliteStorage(Storage):
         rows = [decode_row(r[1], r[2:8], r[8]) for r in records]
         return rows if self.decoders is None else self.decoders.decode_rows(rows)
 
+    @staticmethod
+    def _where(cond: Condition | None) -> tuple[str, list[Any]]:
+        """The ``WHERE`` expression over ``rows`` for ``cond``, narrowed by ``task_keys``.
+
+        The narrowing (``task_id IN (tasks that can match)``) lets SQLite read the
+        rows of those tasks through ``rows_task`` instead of scanning the table.
+        """
+        where, params = compile_sql(cond)
+        narrow = None if cond is None else _task_filter(cond)
+        if narrow is None:
+            return where, params
+        sql, narrow_params, _ = narrow
+        return f"task_id IN (SELECT task_id FROM ({sql})) AND ({where})", [*narrow_params, *params]
+
+    def query_plan(
+        self, query_condition: Condition | None = None, *, tasks: bool = False
+    ) -> list[str]:
+        """SQLite's plan (``EXPLAIN QUERY PLAN`` detail lines) for a query by ``query_condition``.
+
+        Args:
+            query_condition: the condition, as for :meth:`get_all`.
+            tasks: the plan of picking task ids (what :meth:`sample_task_ids` and
+                ``sample_task`` run) instead of reading rows (:meth:`get_all`).
+
+        Example: with an ``eq`` on ``exp_meta.agent_id`` the row plan searches
+        ``task_keys`` and then ``rows`` by ``rows_task``; no line says ``SCAN rows``.
+        """
+        if tasks:
+            sql, params = self._task_ids_sql(query_condition)
+        else:
+            where, params = self._where(query_condition)
+            sql = f"SELECT {_COLUMNS} FROM rows WHERE {where} ORDER BY seq"
+        with self._read() as conn:
+            return [str(r[3]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+
     def size(self, query_condition: Condition | None = None) -> int:
         with self._read() as conn:
             if query_condition is None:
                 return self._count(conn)
-            where, params = compile_sql(query_condition)
+            where, params = self._where(query_condition)
             sql = f"SELECT count(*) FROM rows WHERE {where}"
             return int(conn.execute(sql, params).fetchone()[0])
 
@@ -376,7 +542,7 @@ class SqliteStorage(Storage):
         self, page: int, page_size: int, query_condition: Condition | None = None
     ) -> list[DataRow]:
         page, page_size = check_page(page, page_size)
-        where, params = compile_sql(query_condition)
+        where, params = self._where(query_condition)
         with self._read() as conn:
             records = conn.execute(
                 f"SELECT {_COLUMNS} FROM rows WHERE {where} ORDER BY seq LIMIT ? OFFSET ?",
@@ -385,7 +551,7 @@ class SqliteStorage(Storage):
         return self._decode(records)
 
     def get_all(self, query_condition: Condition | None = None) -> list[DataRow]:
-        where, params = compile_sql(query_condition)
+        where, params = self._where(query_condition)
         with self._read() as conn:
             records = conn.execute(
                 f"SELECT {_COLUMNS} FROM rows WHERE {where} ORDER BY seq", params
@@ -432,17 +598,32 @@ class SqliteStorage(Storage):
             return self._task_ids(conn, query_condition)
 
     def _task_ids(self, conn: sqlite3.Connection, cond: Condition | None) -> list[str]:
+        sql, params = self._task_ids_sql(cond)
+        return [r[0] for r in conn.execute(sql, params)]
+
+    def _task_ids_sql(self, cond: Condition | None) -> tuple[str, list[Any]]:
         # Oldest task first, as every storage orders them: the same seed then picks
         # the same tasks from the same rows whichever storage holds them.
         if cond is None:
-            sql, params = "SELECT task_id FROM tasks ORDER BY first_seq", []
-        else:
-            where, params = compile_sql(cond)
-            sql = (
-                "SELECT task_id FROM tasks WHERE task_id IN "
-                f"(SELECT task_id FROM rows WHERE {where}) ORDER BY first_seq"
+            return "SELECT task_id FROM tasks ORDER BY first_seq", []
+        where, params = compile_sql(cond)
+        narrow = _task_filter(cond)
+        if narrow is not None and narrow[2]:
+            sql, narrow_params, _ = narrow
+            if " UNION " not in sql and len(narrow_params) <= 2:
+                # One value: task_keys' primary key (field, value, first_seq, ...)
+                # yields the tasks already in age order, with no duplicates.
+                return f"SELECT task_id FROM ({sql}) ORDER BY first_seq", narrow_params
+            return (
+                f"SELECT task_id FROM ({sql}) GROUP BY task_id ORDER BY min(first_seq)",
+                narrow_params,
             )
-        return [r[0] for r in conn.execute(sql, params)]
+        where, params = self._where(cond)
+        sql = (
+            "SELECT task_id FROM tasks WHERE task_id IN "
+            f"(SELECT task_id FROM rows WHERE {where}) ORDER BY first_seq"
+        )
+        return sql, params
 
     def _pick_task_ids(
         self, conn: sqlite3.Connection, k: int, cond: Condition | None, rng: SeedLike
@@ -469,7 +650,7 @@ class SqliteStorage(Storage):
         self, batch_size: int, query_condition: Condition | None = None, rng: SeedLike = None
     ) -> list[DataRow]:
         k = check_count(batch_size)
-        where, params = compile_sql(query_condition)
+        where, params = self._where(query_condition)
         with self._read() as conn:
             if query_condition is None:
                 picked = self._sample_all_seqs(conn, k, rng)

@@ -1,0 +1,327 @@
+"""The fast paths of the experience store agree with the simple paths they replace.
+
+* the cached C JSON encoder (``_encode_payload``) vs ``json.JSONEncoder.encode``;
+* the in-memory storage's lazily decoded query snapshot vs the rows decoded at store time;
+* SQLite's ``task_keys`` narrowing vs the plain compiled ``WHERE``, through evictions;
+* SQLite one-row commits vs batches.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replaystore.errors import ConfigError, SchemaError
+from replaystore.experience import DataRow, Experience, ExpMeta, InMemoryStorage, SqliteStorage
+from replaystore.experience.query import compile_predicate, compile_sql
+from replaystore.experience.rows import _dumps, _encode_payload, encode_row
+
+_counter = itertools.count()
+SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+TEXT = st.text(alphabet='ab_é😀\ud800"\\\n', max_size=4)
+FLOAT = st.floats(allow_nan=True, allow_infinity=True)
+LEAF = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), FLOAT, TEXT)
+ANY = st.recursive(
+    LEAF,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner, inner),
+        st.dictionaries(
+            st.one_of(TEXT, st.integers(-3, 3), st.booleans(), st.none()), inner, max_size=3
+        ),
+        st.sets(st.integers(0, 3), max_size=2),
+        st.binary(max_size=2),
+    ),
+    max_leaves=8,
+)
+
+
+def _outcome(encode, value):
+    try:
+        return "ok", encode(value)
+    except (TypeError, ValueError) as exc:
+        return "error", type(exc).__name__
+
+
+@SETTINGS
+@given(value=ANY)
+def test_cached_c_encoder_writes_the_same_text_and_refuses_the_same_values(value):
+    assert _outcome(_encode_payload, value) == _outcome(_dumps, value)
+
+
+def test_cached_c_encoder_reports_a_cycle_as_an_error_not_a_crash():
+    loop: list = []
+    loop.append(loop)
+    row = DataRow(ExpMeta("t", None, None, 0, 0.0), Experience(state=loop), "r")
+    with pytest.raises(SchemaError, match=r"exp_data\.state"):
+        encode_row(row)
+
+
+# ----------------------------------------------------------------------------- rows
+
+AGENTS = st.one_of(st.none(), st.sampled_from(["a", "b", "c"]))
+NAMES = st.one_of(st.none(), st.sampled_from(["n1", "n2"]))
+
+
+@st.composite
+def row_batches(draw):
+    """Batches of rows over a few tasks, agents and names (ids unique across batches)."""
+    batches = []
+    for _ in range(draw(st.integers(1, 5))):
+        batch = []
+        for _ in range(draw(st.integers(1, 5))):
+            i = next(_counter)
+            meta = ExpMeta(
+                task_id=draw(st.sampled_from(["t1", "t2", "t3", "t4"])),
+                task_name=draw(NAMES),
+                agent_id=draw(AGENTS),
+                step=draw(st.integers(0, 3)),
+                execute_time=float(i),
+            )
+            state = {
+                "x": draw(st.sampled_from([0, 1, "a"])),
+                "k": draw(st.sampled_from(["p", "q"])),
+            }
+            batch.append(DataRow(meta, Experience(state=state, actions=[i]), f"r{i}"))
+        batches.append(batch)
+    return batches
+
+
+def _leaf(field, values, draw):
+    if draw(st.booleans()):
+        return {"field": field, "op": "eq", "value": draw(st.sampled_from(values))}
+    return {
+        "field": field,
+        "op": "in_",
+        "value": draw(st.lists(st.sampled_from(values), max_size=3)),
+    }
+
+
+@st.composite
+def conditions(draw):
+    """Conditions mixing the narrowed fields (task_id, agent_id, task_name) with others."""
+
+    def leaf():
+        kind = draw(st.sampled_from(["agent", "name", "task", "state", "step"]))
+        if kind == "agent":
+            return _leaf("exp_meta.agent_id", ["a", "b", "c", "zz", 1], draw)
+        if kind == "name":
+            return _leaf("exp_meta.task_name", ["n1", "n2", "n3"], draw)
+        if kind == "task":
+            return _leaf("exp_meta.task_id", ["t1", "t2", "t9"], draw)
+        if kind == "state":
+            return {
+                "field": "exp_data.state.x",
+                "op": "eq",
+                "value": draw(st.sampled_from([0, 1, "a"])),
+            }
+        return {"field": "exp_meta.step", "op": "gte", "value": draw(st.integers(0, 3))}
+
+    shape = draw(st.sampled_from(["leaf", "and", "or", "nested"]))
+    if shape == "leaf":
+        return leaf()
+    if shape == "nested":
+        return {"or_": [{"and_": [leaf(), leaf()]}, leaf()]}
+    parts = [leaf() for _ in range(draw(st.integers(1, 3)))]
+    return {"and_" if shape == "and" else "or_": parts}
+
+
+@SETTINGS
+@given(batches=row_batches(), conds=st.lists(conditions(), min_size=1, max_size=4))
+def test_in_memory_queries_on_the_lazy_snapshot_match_rows_decoded_at_store_time(batches, conds):
+    store = InMemoryStorage(None)
+    decoded = []
+    for i, batch in enumerate(batches):
+        if i % 2:
+            store.add_batch(batch)
+        else:
+            for row in batch:
+                store.add(row)
+        decoded += [encode_row(row).row for row in batch]  # the simple path: decoded copies
+    for batch in batches:  # later changes to the caller's objects do not reach queries
+        for row in batch:
+            row.exp_data.state["x"] = "changed"
+    for cond in conds:
+        pred = compile_predicate(cond)
+        expected = [r.id for r in decoded if pred(r)]
+        assert [r.id for r in store.get_all(cond)] == expected, cond
+        assert store.size(cond) == len(expected)
+
+
+def _plain_ids(store: SqliteStorage, cond) -> list[str]:
+    where, params = compile_sql(cond)
+    with store._read() as conn:
+        return [
+            r[0] for r in conn.execute(f"SELECT id FROM rows WHERE {where} ORDER BY seq", params)
+        ]
+
+
+def _plain_task_ids(store: SqliteStorage, cond) -> list[str]:
+    where, params = compile_sql(cond)
+    sql = (
+        "SELECT task_id FROM tasks WHERE task_id IN "
+        f"(SELECT task_id FROM rows WHERE {where}) ORDER BY first_seq"
+    )
+    with store._read() as conn:
+        return [r[0] for r in conn.execute(sql, params)]
+
+
+@SETTINGS
+@given(
+    batches=row_batches(),
+    conds=st.lists(conditions(), min_size=1, max_size=4),
+    cap=st.one_of(st.none(), st.integers(1, 8)),
+    eviction=st.sampled_from(["task", "row"]),
+)
+def test_sqlite_task_keys_narrowing_matches_the_plain_where_through_evictions(
+    tmp_path_factory, batches, conds, cap, eviction
+):
+    path = tmp_path_factory.getbasetemp() / f"keys{next(_counter)}.sqlite"
+    store = SqliteStorage(path, cap, eviction=eviction)
+    memory = InMemoryStorage(cap, eviction=eviction)
+    for i, batch in enumerate(batches):
+        if i % 2:
+            store.add_batch(batch)
+            memory.add_batch(batch)
+        else:
+            for row in batch:
+                store.add(row)
+                memory.add(row)
+    for cond in conds:
+        expected = _plain_ids(store, cond)
+        assert [r.id for r in store.get_all(cond)] == expected, cond
+        assert [r.id for r in memory.get_all(cond)] == expected, cond
+        assert store.size(cond) == len(expected)
+        assert store.task_ids(cond) == _plain_task_ids(store, cond) == memory.task_ids(cond), cond
+        assert store.sample_task_ids(2, cond, rng=3) == memory.sample_task_ids(2, cond, rng=3)
+    store.close()
+
+
+# ----------------------------------------------------------------------------- SQLite
+
+
+def _rows(n: int, agents: int = 4, task_len: int = 5) -> list[DataRow]:
+    return [
+        DataRow(
+            ExpMeta(
+                f"task{i // task_len}",
+                "nav",
+                f"agent{(i // task_len) % agents}",
+                i % task_len,
+                float(i),
+            ),
+            Experience(state={"i": i}, actions=[]),
+            f"id{i}",
+        )
+        for i in range(n)
+    ]
+
+
+def test_sqlite_eq_on_meta_fields_uses_the_indexes_not_a_table_scan(tmp_path):
+    store = SqliteStorage(tmp_path / "plan.sqlite")
+    store.add_batch(_rows(200))
+    for field, value in [("agent_id", "agent1"), ("task_name", "nav"), ("task_id", "task3")]:
+        cond = {"field": f"exp_meta.{field}", "op": "eq", "value": value}
+        row_plan = " | ".join(store.query_plan(cond))
+        task_plan = " | ".join(store.query_plan(cond, tasks=True))
+        assert "SCAN rows" not in row_plan and "SCAN" not in task_plan, (row_plan, task_plan)
+        assert "SEARCH rows USING INDEX rows_task (task_id=?)" in row_plan
+        if field != "task_id":
+            assert "SEARCH task_keys USING PRIMARY KEY (field=? AND value=?)" in task_plan
+            assert "SEARCH task_keys USING PRIMARY KEY" in row_plan
+        else:
+            assert "SEARCH tasks USING INDEX" in task_plan
+    # A payload path has no index: the plan says so (a scan), and the answer is still right.
+    payload = {"field": "exp_data.state.i", "op": "eq", "value": 7}
+    assert any("SCAN rows" in line for line in store.query_plan(payload))
+    assert [r.id for r in store.get_all(payload)] == ["id7"]
+
+
+def test_sqlite_file_without_task_keys_gets_them_built_on_open(tmp_path):
+    path = tmp_path / "old.sqlite"
+    store = SqliteStorage(path)
+    store.add_batch(_rows(40))
+    store.close()
+    with sqlite3.connect(path) as conn:  # as a file written before task_keys existed
+        conn.execute("DROP TABLE task_keys")
+    reopened = SqliteStorage(path)
+    cond = {"field": "exp_meta.agent_id", "op": "eq", "value": "agent2"}
+    assert reopened.task_ids(cond) == ["task2", "task6"]
+    assert len(reopened.get_all(cond)) == 10
+
+
+def test_sqlite_synchronous_is_normal_by_default_and_full_on_request(tmp_path):
+    def mode(store):
+        with store._read() as conn:
+            return conn.execute("PRAGMA synchronous").fetchone()[0]
+
+    assert mode(SqliteStorage(tmp_path / "n.sqlite")) == 1  # NORMAL
+    full = SqliteStorage(tmp_path / "f.sqlite", synchronous="full")
+    assert mode(full) == 2  # FULL
+    full.add(_rows(1)[0])
+    assert full.size() == 1
+    with pytest.raises(ConfigError, match="synchronous"):
+        SqliteStorage(tmp_path / "x.sqlite", synchronous="OFF")
+
+
+def test_sqlite_one_row_commits_store_what_a_batch_stores(tmp_path):
+    rows = _rows(30)
+    one = SqliteStorage(tmp_path / "one.sqlite")
+    many = SqliteStorage(tmp_path / "many.sqlite")
+    for row in rows:
+        one.add(row)
+    for i in range(0, 30, 7):
+        many.add_batch(rows[i : i + 7])
+    assert [r.to_dict() for r in one.get_all()] == [r.to_dict() for r in rows]
+    assert [r.to_dict() for r in many.get_all()] == [r.to_dict() for r in rows]
+
+    def tables(store):
+        with store._read() as conn:
+            return [
+                conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+                for t in ("tasks", "task_keys", "stats")
+            ]
+
+    assert tables(one) == tables(many)
+    assert len(tables(one)[1]) == 2 * 6  # six tasks, one agent and one name each
+
+
+def test_sqlite_duplicate_id_inside_and_across_batches_names_the_row(tmp_path):
+    store = SqliteStorage(tmp_path / "dup.sqlite")
+    rows = _rows(6)
+    store.add_batch(rows[:3])
+    with pytest.raises(SchemaError, match="'id1' is already stored"):
+        store.add_batch([rows[4], rows[1], rows[5]])
+    with pytest.raises(SchemaError, match="'id4' appears twice"):
+        store.add_batch([rows[4], rows[4]])
+    with pytest.raises(SchemaError, match="'id2' is already stored"):
+        store.add(rows[2])
+    assert [r.id for r in store.get_all()] == ["id0", "id1", "id2"]
+    assert store.task_ids() == ["task0"]
+
+
+@pytest.mark.parametrize("eviction", ["row", "task"])
+def test_sqlite_task_keys_forget_an_agent_whose_rows_were_evicted(tmp_path, eviction):
+    # Task mode: one task alone over capacity loses its oldest rows, as row mode does.
+    store = SqliteStorage(tmp_path / "evict.sqlite", max_capacity=2, eviction=eviction)
+    agents = ["a", "b", "b"]
+    rows = [
+        DataRow(ExpMeta("t", "n", agent, i, float(i)), Experience(state=i), f"r{i}")
+        for i, agent in enumerate(agents)
+    ]
+    store.add_batch(rows[:2])
+    store.add(rows[2])  # evicts r0, the task's only row by agent "a"
+    only_a = {"field": "exp_meta.agent_id", "op": "eq", "value": "a"}
+    assert store.task_ids(only_a) == []
+    assert store.sample_task_ids(5, only_a, rng=0) == []
+    assert store.task_ids({"field": "exp_meta.agent_id", "op": "eq", "value": "b"}) == ["t"]
