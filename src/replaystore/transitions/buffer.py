@@ -17,12 +17,15 @@ bytes and raises the SchemaError naming the key.
 Concurrency: every public method takes the buffer's lock, so one writer thread
 and any number of sampler threads in the same process see whole transitions
 (never a row whose keys come from different adds). Epoch iterators take the
-lock per batch, not for the whole epoch. The lock is fair
-(:class:`replaystore._fairlock.FairLock`): a thread waiting for it gets it
-before the thread releasing it can take it again, so a sampler keeps sampling
-while another thread adds in a tight loop (with ``threading.Lock`` it was
-starved down to a few hundred samples/s); without contention it costs what a
-plain lock does.
+lock per batch, not for the whole epoch. The lock is a plain ``threading.Lock``
+on purpose: a thread woken from it takes it in C, before it needs the GIL, which
+keeps a sampler's waits for it short while a writer adds in a loop. A strict
+FIFO hand-over lock was measured to be slower for both threads: every hand-over
+waits for the other thread to be scheduled (a lock convoy). What a writer
+running Python in a tight loop still takes from a sampler thread is interpreter
+time: both need the GIL, and a thread that gives it up (a torch call, or being
+preempted on a busy machine) may wait a switch interval (5 ms) to get it back.
+``benchmarks/RESULTS.md``, "Sampling under a busy writer", measures it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import gc
 import logging
 import math
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -39,7 +43,6 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from replaystore._fairlock import FairLock
 from replaystore._kernels import resolve_kernel
 from replaystore.errors import (
     CheckpointError,
@@ -235,11 +238,8 @@ class ReplayBuffer:
         self._gen.manual_seed(int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1)))
         self._np_rng = np.random.Generator(np.random.PCG64(seq.spawn(1)[0]))
 
-        # Fair (FIFO hand-over) and not re-entrant: no method takes it while
-        # holding it. The hot paths (add, add_batch, sample_batch) call
-        # acquire/release directly: cheaper than the with-statement's
-        # __enter__/__exit__ on a Python class.
-        self._lock = FairLock()
+        # A plain Lock (cheaper than RLock): no method takes it while holding it.
+        self._lock = threading.Lock()
         self._storage: TensorStorage | MemmapStorage | None = None
         self._fields: dict[str, FieldSpec] | None = None
         self._names: list[str] = []
@@ -531,9 +531,7 @@ class ReplayBuffer:
         call checks every key, then copies the rows); about 2 us on the NumPy
         path (lists, tensors, casts, or no compiled kernel).
         """
-        lock = self._lock
-        lock.acquire()
-        try:
+        with self._lock:
             plan = self._plan
             if plan is not None:
                 ptr = self._ptr
@@ -593,8 +591,6 @@ class ReplayBuffer:
                 self._size += 1
             if self._prio is not None:
                 self._prio.mark_new(ptr)
-        finally:
-            lock.release()
 
     def _reserved(self) -> tuple[str, ...]:
         return _RESERVED if self._prio is not None else ()
@@ -618,9 +614,7 @@ class ReplayBuffer:
         or two ``memcpy`` per column) for a dict of NumPy arrays of the columns'
         dtypes on CPU storage; otherwise one or two slice copies per column.
         """
-        lock = self._lock
-        lock.acquire()
-        try:
+        with self._lock:
             plan = self._plan
             if plan is not None:
                 ptr = self._ptr
@@ -657,8 +651,6 @@ class ReplayBuffer:
                 for v, arr, col in zip(values, self._arrays, self._columns, strict=True):
                     _write_rows(col, arr, start, v[n - m :] if n > m else v)
             self._advance(ptr, n)
-        finally:
-            lock.release()
 
     def _advance(self, ptr: int, n: int) -> None:
         """Move the ring on after ``n`` rows were written from ``ptr`` (newest ``cap`` kept)."""
@@ -736,9 +728,7 @@ class ReplayBuffer:
         n = batch_size if type(batch_size) is int and batch_size > 0 else None
         if n is None:
             n = _positive_int(batch_size, "batch_size")
-        lock = self._lock
-        lock.acquire()
-        try:
+        with self._lock:
             if self._prio is None and self._size:
                 # The device keyword costs ~1 us on CPU; CUDA generators need it.
                 idx = torch.randint(self._size, (n,), generator=self._gen, **self._rand_device)
@@ -755,8 +745,6 @@ class ReplayBuffer:
                 idx = idx.to(self.storing_device)
                 weight = weight.to(self.storing_device)
             return self._gather(idx, {"index": idx, "weight": weight})
-        finally:
-            lock.release()
 
     def sample_random(self, batch_size: int) -> TensorDict:
         """Alias of :meth:`sample_batch`."""
