@@ -279,7 +279,7 @@ class ExperimentLogger:
             name=self.run_name,
             config=self.config,
             dir=str(self.log_dir),
-            mode=mode,
+            mode=mode,  # type: ignore[arg-type]  # checked against the literal names above
             reinit="create_new",
             settings=wandb.Settings(
                 **{"console": "off", "silent": True, "x_disable_stats": True, **extra_settings}

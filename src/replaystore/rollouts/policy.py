@@ -35,7 +35,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from replaystore.errors import ConfigError
 from replaystore.pipeline.images import messages_to_data_urls
 from replaystore.rollouts.chat_client import ChatCompletionsClient
-from replaystore.trajectories.components import Observation, Response, Task
+from replaystore.trajectories.components import Observation, Response, Step, Task
 from replaystore.trajectories.context import ConversationBuilder
 from replaystore.trajectories.response_decomposer import (
     ModelInterface,
@@ -178,7 +178,7 @@ class WebAgent:
         request = PolicyRequest(
             task=task,
             observation=observation,
-            history=list(history),
+            history=[s.to_mapping() if isinstance(s, Step) else dict(s) for s in history],
             messages=sent,
             step=step,
             iteration=iteration,
