@@ -7,6 +7,8 @@ Subcommands:
   store, a transitions checkpoint or a memory-mapped transitions buffer;
 * ``export STORE --out DIR``: sample a trajectory storage and write a
   LLaMA-Factory dataset (ShareGPT or OpenAI messages);
+* ``copy SRC DST``: copy an experience store (SQLite file or ``sqlite:///`` URL,
+  ``postgresql://`` URL) into another, verifying the row count;
 * ``import-webgym FILE... --out DIR``: import WebGym ``.pt`` iteration files
   safely (no pickle code runs) into a trajectory storage;
 * ``info``: versions, the active compiled kernels and the optional packages
@@ -339,6 +341,10 @@ def _sqlite_stats(path: Path) -> dict[str, Any]:
 
 def _print_sqlite_stats(s: dict[str, Any]) -> None:
     print(f"SQLite experience store: {s['path']} ({_human_bytes(s['size_bytes'])})")
+    _print_store_body(s)
+
+
+def _print_store_body(s: dict[str, Any]) -> None:
     print(
         f"  rows: {s['rows']}, tasks: {s['tasks']}, task names: {s['task_names']}, "
         f"agents: {s['agents']}"
@@ -456,8 +462,50 @@ def _print_transitions_stats(kind: str, s: dict[str, Any]) -> None:
         print(line)
 
 
+def _postgres_stats(url: str) -> dict[str, Any]:
+    """The experience store summary of a ``postgresql://`` URL, in one read-only transaction."""
+    from replaystore.experience.storage.postgres import read_summary
+
+    try:
+        return read_summary(url)
+    except ReplayStoreError as exc:
+        raise _UsageError(str(exc)) from None
+
+
+def _print_postgres_stats(s: dict[str, Any]) -> None:
+    print(
+        f"PostgreSQL experience store: {s['url']} schema {s['schema']} "
+        f"(layout version {s['version']}, {_human_bytes(s['size_bytes'])})"
+    )
+    _print_store_body(s)
+
+
+def _store_path(text: str) -> Path:
+    """The file a store argument names: a plain path, or the path of a ``sqlite:///`` URL."""
+    from replaystore.experience.storage.urls import sqlite_path
+
+    try:
+        path = sqlite_path(text)
+    except ReplayStoreError as exc:
+        raise _UsageError(str(exc)) from None
+    if path is None:
+        raise _UsageError(
+            f"unsupported URL {text!r}: give a path, sqlite:///path or postgresql://..."
+        )
+    return Path(path)
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
-    path = Path(args.path)
+    from replaystore.experience.storage.urls import is_postgres_url
+
+    if is_postgres_url(args.path):
+        summary = _postgres_stats(args.path)
+        if args.json:
+            print(json.dumps({"kind": "postgres_experience_store", **summary}, indent=2))
+        else:
+            _print_postgres_stats(summary)
+        return 0
+    path = _store_path(args.path)
     kind, target = _detect(path)
     if kind == "trajectory_storage":
         summary = _trajectory_stats(target, args.success_threshold)
@@ -482,11 +530,17 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    from replaystore.experience.storage.urls import is_postgres_url
     from replaystore.trajectories import TrajectoryBuffer, TrajectoryStorage
     from replaystore.trajectories.context import ConversationBuilder
     from replaystore.trajectories.export import export_llamafactory
 
-    store = Path(args.store)
+    if is_postgres_url(args.store):
+        raise _UsageError(
+            f"{args.store} is an experience store; export reads a trajectory storage "
+            "directory (copy an experience store with: replaystore copy SRC DST)"
+        )
+    store = _store_path(args.store)
     if not store.is_dir():
         raise _UsageError(f"{store} is not a directory (expected a trajectory storage)")
     if not TrajectoryStorage(store).files():
@@ -540,6 +594,63 @@ def _cmd_export(args: argparse.Namespace) -> int:
     print(f"  images:       {report.num_image_refs} references ({where})")
     if report.rejected:
         print(f"  rejected:     {len(report.rejected)} samples (listed in the log)")
+    return 0
+
+
+# --------------------------------------------------------------------------- copy
+
+
+def _open_store(target: str, role: str) -> Any:
+    from replaystore.experience.storage.urls import is_postgres_url, open_storage
+
+    if not is_postgres_url(target):
+        path = _store_path(target)
+        if role == "source" and not path.is_file():
+            raise _UsageError(f"source store {path} does not exist")
+        if path.is_file():
+            with open(path, "rb") as handle:
+                if handle.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
+                    raise _UsageError(f"{role} {path} is not a SQLite experience store")
+        target = str(path)
+    return open_storage(target)
+
+
+def _cmd_copy(args: argparse.Namespace) -> int:
+    from replaystore.experience.storage.urls import iter_store
+
+    if args.src == args.dst:
+        raise _UsageError("SRC and DST are the same store")
+    src = _open_store(args.src, "source")
+    dst = _open_store(args.dst, "destination")
+    before = dst.size()
+    if before and not args.append:
+        raise _UsageError(
+            f"destination {args.dst} already holds {before} rows: pass --append to add to it"
+        )
+    total = src.size()
+    copied = 0
+    start = time.perf_counter()
+    with _progress(None, total, "copying", unit="row") as bar:
+        for batch in iter_store(src, args.batch_size):
+            dst.add_batch(batch)
+            copied += len(batch)
+            bar.update(len(batch))
+    after = dst.size()
+    if copied != total or after != before + copied:
+        print(
+            f"replaystore copy: error: row count mismatch: source had {total} rows, "
+            f"{copied} were read, destination went from {before} to {after} "
+            "(was a store written to during the copy?)",
+            file=sys.stderr,
+        )
+        return 1
+    secs = time.perf_counter() - start
+    print(
+        f"copied {copied} rows from {args.src} to {args.dst} in {secs:.1f} s; "
+        f"verified: destination holds {after} rows"
+    )
+    for store in (src, dst):
+        store.close()
     return 0
 
 
@@ -810,7 +921,11 @@ def _parser() -> _Parser:
         "memory-mapped transitions buffer directory (buffer.json). Reads only; never "
         "modifies PATH.",
     )
-    stats.add_argument("path", metavar="PATH", help="what to summarise")
+    stats.add_argument(
+        "path",
+        metavar="PATH",
+        help="what to summarise: a path, a sqlite:///path URL or a postgresql:// URL",
+    )
     stats.add_argument("--json", action="store_true", help="print machine-readable JSON")
     stats.add_argument(
         "--success-threshold",
@@ -915,6 +1030,26 @@ def _parser() -> _Parser:
         "(default: %(default)s)",
     )
     export.set_defaults(func=_cmd_export)
+
+    copy = sub.add_parser(
+        "copy",
+        help="copy an experience store between SQLite and PostgreSQL",
+        description="Copy every row of the experience store SRC into DST, in insertion "
+        "order, batch by batch, then verify DST's row count. A store is a SQLite file "
+        "path, a sqlite:///path URL (sqlite:////abs/path for an absolute path) or a "
+        "postgresql://user@host/db[?schema=NAME] URL. DST is created when missing and "
+        "must be empty unless --append. Copy a store no one is writing to.",
+    )
+    copy.add_argument("src", metavar="SRC", help="store to read")
+    copy.add_argument("dst", metavar="DST", help="store to write")
+    copy.add_argument("--append", action="store_true", help="add to a DST that already holds rows")
+    copy.add_argument(
+        "--batch-size",
+        type=_int_at_least(1),
+        default=5000,
+        help="rows per transaction in DST (default: %(default)s)",
+    )
+    copy.set_defaults(func=_cmd_copy)
 
     imp = sub.add_parser(
         "import-webgym",

@@ -33,6 +33,7 @@ follows the sample, not the store.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import hashlib
 import logging
 import os
@@ -65,7 +66,7 @@ try:  # optional dependency: the "postgres" extra
 except ImportError:  # pragma: no cover - exercised only without the extra
     psycopg = None  # type: ignore[assignment]
 
-__all__ = ["EXACT_SAMPLING_UP_TO", "SCHEMA_VERSION", "PostgresStorage"]
+__all__ = ["EXACT_SAMPLING_UP_TO", "SCHEMA_VERSION", "PostgresStorage", "read_summary"]
 
 log = logging.getLogger("replaystore.experience.postgres")
 
@@ -729,6 +730,81 @@ def _draw(
                 return list(picked)
         rate = hit / tried if hit else rate / 8
     return None
+
+
+def read_summary(url: str, schema: str | None = None) -> dict[str, Any]:
+    """A summary of the store at ``url`` (rows, tasks, agents, ranges, bytes), read-only.
+
+    Unlike opening a :class:`PostgresStorage`, this never creates tables.
+
+    Raises:
+        StorageError: the server cannot be reached, or there is no replaystore
+            experience store in the schema.
+        ConfigError: psycopg missing, or a bad schema name.
+    """
+    _require_psycopg()
+    conninfo, url_schema = split_schema(url)
+    schema = schema or url_schema or "replaystore"
+    if not _NAME.fullmatch(schema):
+        raise ConfigError(f"bad schema name {schema!r}")
+    s = sql.Identifier(schema).as_string(None)
+    try:
+        conn = psycopg.connect(conninfo, connect_timeout=10)
+    except psycopg.Error as exc:
+        raise StorageError(f"cannot connect to PostgreSQL at {_redact(conninfo)}: {exc}") from exc
+    try:
+        conn.read_only = True
+        with conn.transaction():
+            exists = conn.execute(
+                "SELECT to_regclass(%s) IS NOT NULL", (f"{s}.replaystore_version",)
+            ).fetchone()[0]
+            if not exists:
+                raise StorageError(
+                    f"no replaystore experience store in schema {schema!r} at {_redact(conninfo)}"
+                )
+            version = conn.execute(
+                f"SELECT version FROM {s}.replaystore_version WHERE component = 'experience'"
+            ).fetchone()
+            n_rows, n_tasks, n_names, min_step, max_step, t0, t1 = conn.execute(
+                "SELECT count(*), count(DISTINCT task_id), count(DISTINCT task_name), "
+                f"min(step), max(step), min(execute_time), max(execute_time) FROM {s}.rows"
+            ).fetchone()
+            agents = [
+                {"agent_id": a, "rows": n, "tasks": t}
+                for a, n, t in conn.execute(
+                    f"SELECT agent_id, count(*), count(DISTINCT task_id) FROM {s}.rows "
+                    "GROUP BY agent_id ORDER BY count(*) DESC, agent_id"
+                )
+            ]
+            size = conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE n.nspname = %s AND c.relkind IN ('r', 'S')",
+                (schema,),
+            ).fetchone()[0]
+    except psycopg.Error as exc:
+        raise StorageError(f"cannot read store {schema!r}: {exc}") from exc
+    finally:
+        conn.close()
+
+    def iso(t: float | None) -> str | None:
+        if t is None:
+            return None
+        return datetime.datetime.fromtimestamp(t, tz=datetime.UTC).isoformat(timespec="seconds")
+
+    return {
+        "url": _redact(conninfo),
+        "schema": schema,
+        "version": version[0] if version else None,
+        "size_bytes": int(size),
+        "rows": n_rows,
+        "tasks": n_tasks,
+        "task_names": n_names,
+        "agents": len(agents),
+        "steps": [min_step, max_step],
+        "execute_time": [iso(t0), iso(t1)],
+        "per_agent": agents,
+    }
 
 
 def _check_no_nul(record: tuple[Any, ...], where: str) -> None:

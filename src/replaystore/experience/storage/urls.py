@@ -17,16 +17,17 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import unquote
 
 from replaystore.errors import ConfigError
 from replaystore.experience.decoding import FieldDecoders
-from replaystore.experience.storage.base import Eviction, Storage
+from replaystore.experience.rows import DataRow
+from replaystore.experience.storage.base import Eviction, Storage, check_count
 from replaystore.experience.storage.sqlite import SqliteStorage
 
-__all__ = ["is_postgres_url", "open_storage", "sqlite_path"]
+__all__ = ["is_postgres_url", "iter_store", "open_storage", "sqlite_path"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -100,3 +101,23 @@ def open_storage(
             "sqlite:///path or a plain file path"
         )
     return SqliteStorage(path, max_capacity, eviction=eviction, decoders=decoders, **options)
+
+
+def iter_store(store: Storage, batch_size: int = 5000) -> Iterator[list[DataRow]]:
+    """Every row of ``store`` in insertion order, in lists of up to ``batch_size`` rows.
+
+    PostgreSQL reads through a server-side cursor (one snapshot, memory bounded by
+    ``batch_size``); other storages page with ``get_paginated``, so rows written
+    meanwhile may be seen or missed: iterate over a store no one is writing to.
+    """
+    batch_size = check_count(batch_size, "batch_size")
+    if batch_size < 1:
+        raise ConfigError("batch_size must be >= 1")
+    rows_of = getattr(store, "iter_rows", None)
+    if callable(rows_of):
+        yield from rows_of(batch_size)
+        return
+    page = 1
+    while batch := store.get_paginated(page, batch_size):
+        yield batch
+        page += 1
