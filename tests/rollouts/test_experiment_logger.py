@@ -145,7 +145,6 @@ def _wandb_records(run_file):
 
 
 def test_wandb_offline_run_records_the_metrics(tmp_path, iteration, monkeypatch):
-    pytest.importorskip("wandb", reason="pip install 'replaystore[wandb]'")
     for name in ("WANDB_API_KEY", "WANDB_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WANDB_MODE", "offline")
