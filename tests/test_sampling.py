@@ -7,9 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
-from replaystore.sampling import AliasTable, recency_weights, weighted_sample_without_replacement
+from replaystore.sampling import (
+    AliasTable,
+    _draw_recency,
+    recency_sample_without_replacement,
+    recency_weights,
+    weighted_sample_without_replacement,
+)
 
 
 def test_recency_weights_oldest_first() -> None:
@@ -171,3 +179,82 @@ def test_prepared_table_is_seeded_and_reusable() -> None:
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
     assert len(np.unique(a)) == 500
+
+
+# ------------------------------------------------------------------ recency, no table
+
+
+@pytest.mark.parametrize("power", [0.5, 2.0, 7.5])
+def test_recency_draws_follow_the_discrete_weights(power: float) -> None:
+    n, m = 12, 200_000
+    draws = _draw_recency(m, n, power, np.random.default_rng(11))
+    assert draws.dtype == np.int64 and draws.min() >= 0 and draws.max() < n
+    w = recency_weights(n, power)
+    _, p_value = stats.chisquare(np.bincount(draws, minlength=n), w / w.sum() * m)
+    assert p_value > 1e-3
+
+
+@pytest.mark.parametrize(("n", "k", "power"), [(9, 2, 2.0), (9, 2, 0.5), (5, 3, 2.0)])
+def test_recency_sample_matches_successive_sampling(n: int, k: int, power: float) -> None:
+    # (9, 2): the rejection stream; (5, 3): k over a quarter of n, Efraimidis-Spirakis keys.
+    w = recency_weights(n, power)
+    expected = _successive_inclusion_probabilities(w, k)
+    rng = np.random.default_rng(99)
+    trials = 20_000
+    counts = np.zeros(n)
+    firsts = np.zeros(n)
+    for _ in range(trials):
+        pick = recency_sample_without_replacement(n, k, power, rng)
+        assert len(set(pick.tolist())) == k
+        counts[pick] += 1
+        firsts[pick[0]] += 1
+    _, p_incl = stats.chisquare(counts, expected * trials)
+    _, p_first = stats.chisquare(firsts, w / w.sum() * trials)
+    assert p_incl > 1e-3
+    assert p_first > 1e-3
+
+
+def test_recency_sample_finishes_a_stalled_stream_like_the_table() -> None:
+    # Power 12 over 200 items, 40 drawn: the stream keeps hitting the newest,
+    # already taken ranks and the keys finish the draw; compare with the table path.
+    n, k, power, trials = 200, 40, 12.0, 300
+    table = AliasTable(recency_weights(n, power))
+    rng = np.random.default_rng(5)
+    ours = np.zeros(n // 10)
+    theirs = np.zeros(n // 10)
+    for _ in range(trials):
+        ours += np.bincount(
+            recency_sample_without_replacement(n, k, power, rng) // 10, minlength=20
+        )
+        theirs += np.bincount(
+            weighted_sample_without_replacement(table, k, rng) // 10, minlength=20
+        )
+    used = (ours + theirs) > 0
+    _, p_value, _, _ = stats.chi2_contingency(np.vstack([ours[used], theirs[used]]))
+    assert p_value > 1e-3
+
+
+def test_recency_sample_with_a_huge_power_takes_the_newest_without_overflow() -> None:
+    pick = recency_sample_without_replacement(1000, 10, 5000.0, rng=0)
+    assert sorted(pick.tolist()) == list(range(990, 1000))
+    with pytest.raises(ValueError, match="power"):
+        recency_sample_without_replacement(10, 2, 0.0)
+    with pytest.raises(ValueError, match="k must be"):
+        recency_sample_without_replacement(10, 11, 2.0)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    n=st.integers(1, 3000),
+    share=st.floats(0.0, 1.0),
+    power=st.floats(0.01, 40.0),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_recency_sample_is_k_distinct_ranks_and_seeded(
+    n: int, share: float, power: float, seed: int
+) -> None:
+    k = int(share * n)
+    pick = recency_sample_without_replacement(n, k, power, rng=seed)
+    assert pick.dtype == np.int64 and pick.shape == (k,)
+    assert np.unique(pick).size == k and (k == 0 or (pick.min() >= 0 and pick.max() < n))
+    np.testing.assert_array_equal(pick, recency_sample_without_replacement(n, k, power, seed))
