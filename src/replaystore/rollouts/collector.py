@@ -1,0 +1,841 @@
+"""Parallel browser rollouts (WebGym's ``AsyncWebGym``): tasks in, stored trajectories out.
+
+:meth:`RolloutCollector.run_iteration` runs one rollout iteration:
+
+1. ``num_workers`` asyncio workers take tasks in order; each task gets its own
+   browser context from the :class:`~replaystore.rollouts.browser.BrowserPool`.
+2. The task's website is opened (``navigation_retries`` more tries on a
+   navigation error, each error logged and counted per website; when every try
+   fails the trajectory is WebGym's one-step ``invalid_url`` placeholder).
+3. Each step: screenshot (PNG written atomically under ``screenshot_root``),
+   page metadata (url, title) and accessibility tree -> ``agent.act`` (the
+   :class:`~replaystore.rollouts.policy.WebAgent`: prompt, policy, response
+   decomposition) -> :func:`~replaystore.rollouts.actions.parse_action` ->
+   :func:`~replaystore.rollouts.actions.execute_action`. An unparseable action
+   is a recorded no-op step. ``answer(...)`` ends the task; so does the task's
+   step budget (``max_steps_by_difficulty``; a task's own ``max_steps`` wins).
+4. An anti-bot page (HTTP 403/429 on the page's last navigation, or CAPTCHA
+   wording in its text) ends the task as blocked: the site goes to the
+   ``blocklist`` (url, task id, screenshot), so the task sampler leaves it out.
+5. The evaluator turns the answer into the final step's :class:`Reward`.
+6. When every task has ended (or the completion threshold was reached and the
+   grace period ran out), the iteration's trajectories are written with
+   :class:`~replaystore.trajectories.storage.TrajectoryStorage` (one file per
+   iteration and rank), ``task_history`` is updated and the experiment logger
+   gets the iteration's metrics.
+
+Failures are data, not crashes: a task that runs past ``task_timeout_s`` or a
+step past ``step_timeout_s`` is recorded with the steps it made and reward 0
+(status ``timeout``/``step_timeout``). Ctrl-C (SIGINT, when the collector runs in
+the main thread) stops the running tasks and still writes every finished
+trajectory; a second Ctrl-C aborts at once.
+
+Each trajectory's last step carries ``trajectory_metadata``: ``status``,
+``seconds``, ``iteration``, ``rank``, ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import re
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from replaystore.atomic import atomic_write_bytes
+from replaystore.errors import ConfigError
+from replaystore.pipeline.blocklist import Blocklist, normalize_domain
+from replaystore.pipeline.task_history import TaskHistory
+from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
+from replaystore.trajectories.response_decomposer import get_action_string
+from replaystore.trajectories.storage import TrajectoryStorage
+
+from .actions import NavigationWatcher, execute_action, parse_action
+from .browser import BrowserPool, page_snapshot
+
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "FINISHED_STATUSES",
+    "IterationResult",
+    "RolloutCollector",
+    "TaskOutcome",
+    "difficulty_category",
+    "looks_blocked",
+]
+
+logger = logging.getLogger("replaystore.rollouts.collector")
+
+#: WebGym's ``train_difficulty_max_steps`` (scripts/config/main/rollout_train.yaml).
+DEFAULT_MAX_STEPS: dict[str, int] = {"easy": 10, "medium": 20, "hard": 30}
+
+#: Statuses of a task that ran to its end (anything else is a failure).
+FINISHED_STATUSES = frozenset({"answered", "max_steps", "blocked", "navigation_error"})
+_FAILED_STATUSES = frozenset(
+    {"blocked", "navigation_error", "timeout", "step_timeout", "error", "grace_expired"}
+)
+
+_BLOCK_STATUSES = frozenset({403, 429})
+_CAPTCHA = re.compile(
+    r"captcha|are you a robot|verify (?:that )?you are (?:a )?human|unusual traffic|"
+    r"access denied|too many requests",
+    re.IGNORECASE,
+)
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def difficulty_category(difficulty: Any) -> str:
+    """``"easy"``/``"medium"``/``"hard"`` for a task difficulty.
+
+    Our integer scale 1/2/3 maps to easy/medium/hard; larger integers follow
+    WebGym's ranges (4-6 medium, 7 and more hard); the names map to themselves.
+
+    Raises:
+        ConfigError: anything else (names the value).
+    """
+    if isinstance(difficulty, str) and difficulty.strip().lower() in DEFAULT_MAX_STEPS:
+        return difficulty.strip().lower()
+    try:
+        value = float(difficulty)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(
+            f"task difficulty {difficulty!r} is not 1-3, a number, or easy/medium/hard"
+        )
+    if value <= 1:
+        return "easy"
+    if value <= 2:
+        return "medium"
+    if value <= 3:
+        return "hard"
+    return "medium" if value <= 6 else "hard"
+
+
+def looks_blocked(status: int | None, title: str, text: str) -> str | None:
+    """Why the page is an anti-bot wall (``"HTTP 403"``, ``"CAPTCHA text"``), or None."""
+    if status in _BLOCK_STATUSES:
+        return f"HTTP {status}"
+    match = _CAPTCHA.search(title) or _CAPTCHA.search(text[:2000])
+    if match:
+        return f"anti-bot text {match.group(0)!r}"
+    return None
+
+
+@dataclass(slots=True)
+class TaskOutcome:
+    """How one task ended.
+
+    Attributes:
+        task: the task.
+        status: ``answered``, ``max_steps``, ``blocked``, ``navigation_error``
+            (finished), or ``timeout``, ``step_timeout``, ``grace_expired``,
+            ``error``, ``interrupted`` (cut short).
+        trajectory: the steps (WebGym step mappings), last one with the reward.
+        reward: the final reward (0 for every cut-short task).
+        error: what went wrong, or None.
+        seconds: wall time from start to end of the task.
+    """
+
+    task: Task
+    status: str
+    trajectory: list[dict[str, Any]]
+    reward: float
+    error: str | None
+    seconds: float
+
+    @property
+    def failed(self) -> bool:
+        """The task did not get a judged answer (blocked, navigation error, timeout...)."""
+        return self.status in _FAILED_STATUSES
+
+
+@dataclass(slots=True)
+class IterationResult:
+    """What one :meth:`RolloutCollector.run_iteration` did.
+
+    Attributes:
+        outcomes: one per task that started, in task order.
+        skipped: tasks never started (the grace period ended the iteration, or Ctrl-C).
+        path: the iteration file written (None when nothing was written).
+        interrupted: Ctrl-C stopped the iteration.
+        blocked_sites: domains recorded in the blocklist during this iteration.
+        navigation_errors: failed navigations per website domain.
+        seconds: wall time of the iteration.
+        timings: summed seconds over all steps: ``browser`` (screenshot, page
+            snapshot, action execution), ``screenshot`` (part of browser: the
+            capture alone), ``policy`` (``agent.act``), ``write`` (screenshot
+            files), ``overhead`` (everything else in the step: the collector's own cost).
+    """
+
+    iteration: int
+    rank: int
+    outcomes: list[TaskOutcome]
+    skipped: list[Task]
+    path: Path | None
+    interrupted: bool
+    blocked_sites: list[str]
+    navigation_errors: dict[str, int]
+    seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def trajectories(self) -> list[list[dict[str, Any]]]:
+        """The stored trajectories (finished ones, plus cut-short ones unless interrupted)."""
+        return [o.trajectory for o in self.outcomes if o.trajectory]
+
+    @property
+    def steps(self) -> int:
+        """Steps taken by all tasks (the navigation-error placeholder steps excluded)."""
+        return sum(len(o.trajectory) for o in self.outcomes if o.status != "navigation_error")
+
+    @property
+    def success_rate(self) -> float:
+        """Share of started tasks whose reward is >= 1."""
+        return (
+            sum(o.reward >= 1.0 for o in self.outcomes) / len(self.outcomes)
+            if self.outcomes
+            else 0.0
+        )
+
+    @property
+    def steps_per_second(self) -> float:
+        """Steps over the iteration's wall time."""
+        return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+    def status_counts(self) -> dict[str, int]:
+        """How many tasks ended with each status."""
+        return dict(Counter(o.status for o in self.outcomes))
+
+
+class _Run:
+    """Mutable state of one running task: survives the task's cancellation."""
+
+    __slots__ = ("answer", "error", "index", "nav_status", "start", "status", "steps", "task")
+
+    def __init__(self, index: int, task: Task) -> None:
+        self.index = index
+        self.task = task
+        self.steps: list[dict[str, Any]] = []
+        self.status = "running"
+        self.answer: str | None = None
+        self.error: str | None = None
+        self.nav_status: int | None = None  # HTTP status of the main frame's last navigation
+        self.start = time.perf_counter()
+
+
+class _StepTimeout(Exception):
+    pass
+
+
+class RolloutCollector:
+    """Runs rollout iterations in a browser pool (see the module docstring).
+
+    Args:
+        agent: has ``await agent.act(task, observation, history, step=, iteration=)``
+            returning a :class:`Response` (a :class:`~replaystore.rollouts.policy.WebAgent`).
+        evaluator: has ``await evaluator.evaluate(task, answer, steps, blocked=)``
+            returning a :class:`Reward` (a :class:`~replaystore.rollouts.evaluator.Evaluator`).
+        storage: where iteration files go.
+        pool: the browser pool (started by the caller; its ``size`` bounds the
+            useful ``num_workers``).
+        num_workers: tasks running at once.
+        max_steps_by_difficulty: step budget per ``easy``/``medium``/``hard``
+            (:func:`difficulty_category`); missing names use :data:`DEFAULT_MAX_STEPS`.
+        step_timeout_s: limit for one step (observe + policy + action).
+        task_timeout_s: limit for one task, from its start.
+        navigation_timeout_s: limit for one page load.
+        navigation_retries: extra tries of the first page load.
+        completion_threshold: share of tasks (0-1] after which the grace period starts.
+        grace_period_s: how long the slowest tasks may still run after the threshold.
+        blocklist: where anti-bot sites are recorded (None: not recorded).
+        task_history: updated with every stored attempt (None: no history).
+        logger: an experiment logger with ``log_iteration`` (None: no logging).
+        screenshot_root: screenshot directory (default ``<storage.root>/screenshots``).
+        settle_s: how long after a click or key press a page load may still start.
+        progress: show a progress bar (None: only when stderr is a TTY).
+        handle_sigint: stop cleanly on Ctrl-C (only when running in the main thread).
+
+    Raises:
+        ConfigError: a bad number (names the argument).
+    """
+
+    def __init__(
+        self,
+        agent: Any,
+        evaluator: Any,
+        storage: TrajectoryStorage,
+        *,
+        pool: BrowserPool,
+        num_workers: int = 4,
+        max_steps_by_difficulty: Mapping[str, int] | None = None,
+        step_timeout_s: float = 120.0,
+        task_timeout_s: float = 1800.0,
+        navigation_timeout_s: float = 30.0,
+        navigation_retries: int = 2,
+        completion_threshold: float = 0.95,
+        grace_period_s: float = 30.0,
+        blocklist: Blocklist | None = None,
+        task_history: TaskHistory | None = None,
+        logger: Any = None,
+        screenshot_root: str | Path | None = None,
+        settle_s: float = 0.1,
+        progress: bool | None = None,
+        handle_sigint: bool = True,
+    ) -> None:
+        if not callable(getattr(agent, "act", None)):
+            raise ConfigError(
+                f"agent must have an async act(...) method, got {type(agent).__name__}"
+            )
+        if not callable(getattr(evaluator, "evaluate", None)):
+            raise ConfigError(
+                f"evaluator must have an async evaluate(...) method, got {type(evaluator).__name__}"
+            )
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+            raise ConfigError(f"num_workers must be an int >= 1, got {num_workers!r}")
+        for name, value in (
+            ("step_timeout_s", step_timeout_s),
+            ("task_timeout_s", task_timeout_s),
+            ("navigation_timeout_s", navigation_timeout_s),
+        ):
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+        if not (isinstance(grace_period_s, int | float) and 0 <= grace_period_s < math.inf):
+            raise ConfigError(f"grace_period_s must be a number >= 0, got {grace_period_s!r}")
+        if (
+            isinstance(navigation_retries, bool)
+            or not isinstance(navigation_retries, int)
+            or navigation_retries < 0
+        ):
+            raise ConfigError(f"navigation_retries must be an int >= 0, got {navigation_retries!r}")
+        if not (isinstance(completion_threshold, int | float) and 0 < completion_threshold <= 1):
+            raise ConfigError(
+                f"completion_threshold must be in (0, 1], got {completion_threshold!r}"
+            )
+        steps = dict(DEFAULT_MAX_STEPS)
+        for name, value in (max_steps_by_difficulty or {}).items():
+            if name not in DEFAULT_MAX_STEPS:
+                raise ConfigError(
+                    f"max_steps_by_difficulty has unknown key {name!r}; use easy, medium, hard"
+                )
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"max_steps_by_difficulty[{name!r}] must be an int >= 1, got {value!r}"
+                )
+            steps[name] = value
+        self.agent = agent
+        self.evaluator = evaluator
+        self.storage = storage
+        self.pool = pool
+        self.num_workers = num_workers
+        self.max_steps_by_difficulty = steps
+        self.step_timeout_s = float(step_timeout_s)
+        self.task_timeout_s = float(task_timeout_s)
+        self.navigation_timeout_s = float(navigation_timeout_s)
+        self.navigation_retries = navigation_retries
+        self.completion_threshold = float(completion_threshold)
+        self.grace_period_s = float(grace_period_s)
+        self.blocklist = blocklist
+        self.task_history = task_history
+        self.logger = logger
+        self.screenshot_root = (
+            Path(screenshot_root) if screenshot_root is not None else storage.root / "screenshots"
+        )
+        self.settle_s = float(settle_s)
+        self.progress = progress
+        self.handle_sigint = handle_sigint
+        #: Failed navigations per website domain, over the collector's life.
+        self.navigation_errors: Counter[str] = Counter()
+
+    # ------------------------------------------------------------------ one task
+
+    def max_steps(self, task: Task) -> int:
+        """The task's step budget: its own ``max_steps`` when set, else by difficulty."""
+        if task.max_steps is not None:
+            return int(task.max_steps)
+        return self.max_steps_by_difficulty[difficulty_category(task.difficulty)]
+
+    async def _open(self, page: Any, run: _Run, nav_errors: Counter[str]) -> bool:
+        """Load the task's website, retrying; False when every try failed."""
+        from playwright.async_api import Error as PlaywrightError
+
+        url = run.task.website
+        domain = _domain(url)
+        tries = self.navigation_retries + 1
+        for attempt in range(1, tries + 1):
+            try:
+                await page.goto(url, wait_until="load", timeout=self.navigation_timeout_s * 1000.0)
+                return True
+            except PlaywrightError as exc:
+                message = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                nav_errors[domain] += 1
+                self.navigation_errors[domain] += 1
+                logger.warning(
+                    "navigation to %s failed (try %d/%d, task %s): %s",
+                    url,
+                    attempt,
+                    tries,
+                    run.task.task_id,
+                    message,
+                )
+                run.error = message
+                if attempt < tries:
+                    await asyncio.sleep(min(2.0, 0.25 * 2 ** (attempt - 1)))
+        return False
+
+    async def _observe(
+        self, page: Any, run: _Run, step: int, folder: Path, timings: dict[str, float]
+    ) -> tuple[Observation, str | None]:
+        """Screenshot + snapshot -> Observation, and why the page is an anti-bot wall (or None)."""
+        t0 = time.perf_counter()
+        png = await page.screenshot(type="png", caret="hide")
+        t1 = time.perf_counter()
+        snap = await page_snapshot(page)
+        t2 = time.perf_counter()
+        path = folder / f"step_{step:03d}.png"
+        await asyncio.to_thread(_write_png, path, png)
+        t3 = time.perf_counter()
+        timings["screenshot"] += t1 - t0
+        timings["browser"] += t2 - t0
+        timings["write"] += t3 - t2
+        metadata = {"url": page.url, "title": snap["title"]}
+        observation = Observation(run.task, str(path), snap["tree"], metadata)
+        return observation, looks_blocked(run.nav_status, snap["title"], snap["text"])
+
+    async def _run_task(
+        self,
+        run: _Run,
+        iteration: int,
+        folder: Path,
+        timings: dict[str, float],
+        nav_errors: Counter[str],
+        blocked_sites: list[str],
+        step_counter: list[int],
+    ) -> None:
+        async with self.pool.context() as context:
+            page = await context.new_page()
+
+            def on_response(response: Any) -> None:
+                # The status of the main frame's last navigation (anti-bot walls answer 403/429).
+                request = response.request
+                if request.is_navigation_request() and request.frame == page.main_frame:
+                    run.nav_status = response.status
+
+            page.on("response", on_response)
+            watcher = NavigationWatcher(page)
+            if not await self._open(page, run, nav_errors):
+                run.status = "navigation_error"
+                run.steps = [_invalid_url_step(run.task, run.error)]
+                return
+            budget = self.max_steps(run.task)
+            for step in range(budget):
+                try:
+                    async with asyncio.timeout(self.step_timeout_s):
+                        finished = await self._step(
+                            page, watcher, run, step, iteration, folder, timings, blocked_sites
+                        )
+                except TimeoutError:
+                    raise _StepTimeout(f"step {step} ran past {self.step_timeout_s:g} s") from None
+                step_counter[0] += 1
+                if finished:
+                    return
+            run.status = "max_steps"
+
+    async def _step(
+        self,
+        page: Any,
+        watcher: Any,
+        run: _Run,
+        step: int,
+        iteration: int,
+        folder: Path,
+        timings: dict[str, float],
+        blocked_sites: list[str],
+    ) -> bool:
+        """One observe -> act -> execute round; True when the task ended."""
+        t_start = time.perf_counter()
+        before = dict(timings)
+        observation, wall = await self._observe(page, run, step, folder, timings)
+        if wall is not None:
+            run.steps.append(_blocked_step(observation, wall))
+            run.status = "blocked"
+            run.error = f"anti-bot page at {page.url}: {wall}"
+            if self.blocklist is not None:
+                await asyncio.to_thread(
+                    self.blocklist.record_blocked_website,
+                    page.url,
+                    task_id=run.task.task_id,
+                    screenshot_path=observation.image_path,
+                )
+                blocked_sites.append(normalize_domain(page.url))
+            logger.info("task %s: %s", run.task.task_id, run.error)
+            _account(timings, before, t_start)
+            return True
+        t0 = time.perf_counter()
+        response = await self.agent.act(
+            run.task, observation, run.steps, step=step, iteration=iteration
+        )
+        t1 = time.perf_counter()
+        timings["policy"] += t1 - t0
+        action = parse_action(get_action_string(response) or "")
+        if action.action["key"] == "invalid" and isinstance(response.answering_tokens, Mapping):
+            parse_error = response.answering_tokens.get("parse_error")
+            if parse_error:
+                action.action["reason"] = str(parse_error)
+        t2 = time.perf_counter()
+        outcome = await execute_action(
+            page,
+            action,
+            navigation_timeout_s=self.navigation_timeout_s,
+            settle_s=self.settle_s,
+            watcher=watcher,
+        )
+        t3 = time.perf_counter()
+        timings["browser"] += t3 - t2
+        if outcome.error is not None and outcome.navigated:
+            domain = _domain(page.url or run.task.website)
+            self.navigation_errors[domain] += 1
+            logger.warning("task %s step %d: %s", run.task.task_id, step, outcome.error)
+        record: dict[str, Any] = {
+            "observation": observation,
+            "action": action,
+            "response": response,
+            "reward": Reward(0.0, None),
+        }
+        if outcome.error is not None:
+            record["action"] = Action(
+                {**action.action, "error": outcome.error}, action.action_string
+            )
+        run.steps.append(record)
+        if outcome.done:
+            run.status = "answered"
+            run.answer = outcome.answer
+        _account(timings, before, t_start)
+        return outcome.done
+
+    async def _finish(
+        self, run: _Run, iteration: int, rank: int, status: str | None = None
+    ) -> TaskOutcome:
+        """Evaluate (finished tasks) and stamp the last step; the task's outcome."""
+        if status is not None:
+            run.status = status
+        seconds = time.perf_counter() - run.start
+        if not run.steps:
+            run.steps = [_placeholder_step(run.task, run.status, run.error)]
+        if run.status in ("answered", "max_steps", "blocked"):
+            reward = await self.evaluator.evaluate(
+                run.task, run.answer, run.steps, blocked=run.status == "blocked"
+            )
+        elif run.status == "navigation_error":
+            reward = Reward(0.0, {"status": "navigation_error", "error": run.error})
+        else:
+            reward = Reward(0.0, {"status": run.status, "error": run.error})
+        if not isinstance(reward, Reward):
+            raise ConfigError(
+                f"{type(self.evaluator).__name__}.evaluate returned {type(reward).__name__}, "
+                "not a Reward"
+            )
+        last = run.steps[-1]
+        last["reward"] = reward
+        last["trajectory_metadata"] = {
+            "status": run.status,
+            "seconds": round(seconds, 4),
+            "iteration": iteration,
+            "rank": rank,
+            "error": run.error,
+        }
+        value = float(reward.reward) if reward.reward is not None else 0.0
+        return TaskOutcome(run.task, run.status, run.steps, value, run.error, seconds)
+
+    # ------------------------------------------------------------------ iteration
+
+    async def run_iteration(
+        self, tasks: Sequence[Task | Mapping[str, Any]], iteration: int, rank: int = 0
+    ) -> IterationResult:
+        """Roll out ``tasks`` and store them as ``iteration`` for ``rank``.
+
+        Args:
+            tasks: the tasks (:class:`Task` or mappings of its fields).
+            iteration: the iteration number (>= 1) of the file written.
+            rank: this process's rank (one file per iteration and rank).
+
+        Returns:
+            An :class:`IterationResult` (``interrupted`` after Ctrl-C).
+
+        Raises:
+            SchemaError: a malformed task (names its position).
+            ConfigError: a task's difficulty has no step budget; an evaluator
+                returns something other than a :class:`Reward`.
+            StorageError: the iteration file exists already.
+            BrowserUnavailableError / RuntimeError: the pool is not usable.
+
+        Cost: per step one screenshot, one page evaluation, one policy call and
+        one action; one iteration file (with its fsync) at the end.
+        """
+        todo = [Task.from_dict(t) for t in tasks]
+        for task in todo:
+            self.max_steps(task)  # a bad difficulty fails before any browser work
+        if int(iteration) != iteration or iteration < 1:
+            raise ValueError(f"iteration must be an integer >= 1, got {iteration!r}")
+        started = time.perf_counter()
+        base = self.screenshot_root / f"iteration_{int(iteration):06d}" / f"rank{int(rank):03d}"
+        timings = dict.fromkeys(("browser", "screenshot", "policy", "write", "overhead"), 0.0)
+        nav_errors: Counter[str] = Counter()
+        blocked_sites: list[str] = []
+        step_counter = [0]
+        queue = list(enumerate(todo))
+        queue.reverse()
+        outcomes: dict[int, TaskOutcome] = {}
+        runs: dict[int, _Run] = {}
+        stop_reason: list[str] = []
+        bar = _Progress(len(todo), self.progress)
+
+        async def worker() -> None:
+            while queue and not stop_reason:
+                index, task = queue.pop()
+                run = _Run(index, task)
+                runs[index] = run
+                folder = (
+                    base / f"{index:04d}_{_SAFE_NAME.sub('_', str(task.task_id or 'task'))[:60]}"
+                )
+                folder.mkdir(parents=True, exist_ok=True)
+                bar.started()
+                status: str | None = None
+                try:
+                    async with asyncio.timeout(self.task_timeout_s):
+                        await self._run_task(
+                            run, iteration, folder, timings, nav_errors, blocked_sites, step_counter
+                        )
+                except TimeoutError:
+                    status, run.error = "timeout", f"task ran past {self.task_timeout_s:g} s"
+                except _StepTimeout as exc:
+                    status, run.error = "step_timeout", str(exc)
+                except asyncio.CancelledError:
+                    outcomes[index] = await asyncio.shield(
+                        self._finish(
+                            run, iteration, rank, stop_reason[0] if stop_reason else "interrupted"
+                        )
+                    )
+                    bar.finished(True, step_counter[0])
+                    raise
+                except Exception as exc:  # a broken page or policy fails this task, not the run
+                    logger.exception("task %s failed", task.task_id)
+                    status, run.error = "error", f"{type(exc).__name__}: {exc}"
+                if status is not None:
+                    logger.warning("task %s: %s", task.task_id, run.error)
+                outcomes[index] = await self._finish(run, iteration, rank, status)
+                bar.finished(outcomes[index].failed, step_counter[0])
+
+        workers = [asyncio.create_task(worker()) for _ in range(min(self.num_workers, len(todo)))]
+
+        def cancel(reason: str) -> None:
+            if not stop_reason:
+                stop_reason.append(reason)
+            for w in workers:
+                w.cancel()
+
+        loop = asyncio.get_running_loop()
+        sigint = False
+        if self.handle_sigint and threading.current_thread() is threading.main_thread():
+
+            def on_sigint() -> None:
+                logger.warning(
+                    "Ctrl-C: stopping iteration %s; finished trajectories will be saved "
+                    "(press Ctrl-C again to abort)",
+                    iteration,
+                )
+                loop.remove_signal_handler(signal.SIGINT)
+                cancel("interrupted")
+
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signal.SIGINT, on_sigint)
+                sigint = True
+        try:
+            threshold_at: float | None = None
+            pending = set(workers)
+            while pending:
+                done, pending = await asyncio.wait(pending, timeout=0.1)
+                for w in done:
+                    if not w.cancelled() and w.exception() is not None:
+                        cancel("error")
+                        raise w.exception()  # type: ignore[misc]
+                if stop_reason or not todo:
+                    continue
+                if threshold_at is None and len(outcomes) / len(todo) >= self.completion_threshold:
+                    threshold_at = time.perf_counter()
+                    if pending:
+                        logger.info(
+                            "completion threshold reached (%d/%d); grace period %g s",
+                            len(outcomes),
+                            len(todo),
+                            self.grace_period_s,
+                        )
+                if (
+                    threshold_at is not None
+                    and pending
+                    and (time.perf_counter() - threshold_at >= self.grace_period_s)
+                ):
+                    logger.warning(
+                        "grace period over: stopping %d unfinished task(s)",
+                        sum(1 for i in runs if i not in outcomes),
+                    )
+                    cancel("grace_expired")
+        finally:
+            if sigint:
+                with contextlib.suppress(Exception):
+                    loop.remove_signal_handler(signal.SIGINT)
+            bar.close()
+        interrupted = bool(stop_reason) and stop_reason[0] == "interrupted"
+        ordered = [outcomes[i] for i in sorted(outcomes)]
+        if interrupted:
+            ordered = [o for o in ordered if o.status != "interrupted"]
+        skipped = [t for i, t in enumerate(todo) if i not in outcomes]
+        trajectories = [o.trajectory for o in ordered]
+        path = None
+        if trajectories:
+            path = await asyncio.to_thread(
+                self.storage.save_iteration,
+                int(iteration),
+                trajectories,
+                rank=int(rank),
+                metadata={
+                    "collector": "replaystore.rollouts",
+                    "statuses": dict(Counter(o.status for o in ordered)),
+                    "interrupted": interrupted,
+                    "skipped_task_ids": [t.task_id for t in skipped],
+                    "blocked_sites": sorted(set(blocked_sites)),
+                },
+            )
+        if self.task_history is not None:
+            self.task_history.update(
+                [o.trajectory for o in ordered if o.status != "navigation_error"]
+            )
+        seconds = time.perf_counter() - started
+        result = IterationResult(
+            iteration=int(iteration),
+            rank=int(rank),
+            outcomes=ordered,
+            skipped=skipped,
+            path=path,
+            interrupted=interrupted,
+            blocked_sites=sorted(set(blocked_sites)),
+            navigation_errors=dict(nav_errors),
+            seconds=seconds,
+            timings=timings,
+        )
+        logger.info(
+            "iteration %d rank %d: %d trajectories, %d steps, success %.0f%%, %.2f steps/s%s",
+            result.iteration,
+            result.rank,
+            len(ordered),
+            result.steps,
+            100 * result.success_rate,
+            result.steps_per_second,
+            " (interrupted)" if interrupted else "",
+        )
+        if self.logger is not None and trajectories:
+            self.logger.log_iteration(
+                int(iteration),
+                trajectories,
+                blocked_sites=result.blocked_sites,
+                throughput={
+                    "steps_per_second": result.steps_per_second,
+                    "seconds": seconds,
+                    "overhead_ms_per_step": 1000 * timings["overhead"] / max(1, result.steps),
+                },
+            )
+        return result
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _account(timings: dict[str, float], before: dict[str, float], t_start: float) -> None:
+    """Add the step's time outside browser, policy and screenshot writes to ``overhead``."""
+    inside = sum(timings[k] - before[k] for k in ("browser", "policy", "write"))
+    timings["overhead"] += max(0.0, time.perf_counter() - t_start - inside)
+
+
+def _write_png(path: Path, data: bytes) -> None:
+    atomic_write_bytes(path, data)
+
+
+def _domain(url: str) -> str:
+    try:
+        return normalize_domain(url)
+    except ValueError:
+        return url or "?"
+
+
+def _blocked_step(observation: Observation, why: str) -> dict[str, Any]:
+    return {
+        "observation": observation,
+        "action": Action({"key": "stop", "reason": "blocked"}, "stop [blocked]"),
+        "response": Response(raw_response="", answering_tokens={"action": ""}),
+        "reward": Reward(0.0, {"status": "blocked", "why": why}, is_blocked=True),
+    }
+
+
+def _invalid_url_step(task: Task, error: str | None) -> dict[str, Any]:
+    """WebGym's placeholder for a website that did not load (the buffer drops it)."""
+    return {
+        "observation": Observation(task, "", None, {"url": task.website, "title": ""}),
+        "action": Action({"key": "invalid_url", "error": error}, "Invalid URL"),
+        "response": Response(raw_response="", answering_tokens={"action": ""}),
+        "reward": Reward(0.0, None),
+    }
+
+
+def _placeholder_step(task: Task, status: str, error: str | None) -> dict[str, Any]:
+    """The one step of a task cut short before its first observation (kept as a record)."""
+    return {
+        "observation": Observation(task, "", None, {"url": task.website, "title": ""}),
+        "action": Action({"key": status, "error": error}, status),
+        "response": Response(raw_response="", answering_tokens={"action": ""}),
+        "reward": Reward(0.0, None),
+    }
+
+
+class _Progress:
+    """tasks done / running / failed and steps/s on a TTY; silent otherwise."""
+
+    def __init__(self, total: int, enabled: bool | None) -> None:
+        show = sys.stderr.isatty() if enabled is None else enabled
+        self._bar = None
+        self.running = self.failed = 0
+        self._t0 = time.perf_counter()
+        if show and total:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=total, unit="task", desc="rollouts", leave=True)
+
+    def started(self) -> None:
+        self.running += 1
+        self._refresh(None)
+
+    def finished(self, failed: bool, steps: int) -> None:
+        self.running -= 1
+        self.failed += int(failed)
+        if self._bar is not None:
+            self._bar.update(1)
+        self._refresh(steps)
+
+    def _refresh(self, steps: int | None) -> None:
+        if self._bar is None:
+            return
+        postfix = {"running": self.running, "failed": self.failed}
+        if steps is not None:
+            postfix["steps/s"] = f"{steps / max(1e-9, time.perf_counter() - self._t0):.2f}"
+        self._bar.set_postfix(postfix, refresh=False)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
