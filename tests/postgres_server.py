@@ -76,7 +76,8 @@ class PostgresServer:
                 f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
             )
 
-    def start(self) -> PostgresServer:
+    def start(self, *, durable: bool = False) -> PostgresServer:
+        """initdb + pg_ctl start; ``durable=False`` (tests) turns fsync off, benchmarks keep it."""
         self._run(
             str(self.bindir / "initdb"),
             "-D",
@@ -95,11 +96,11 @@ class PostgresServer:
                 "-c listen_addresses=''",
                 "-c max_connections=300",
                 "-c shared_buffers=128MB",
-                "-c fsync=off",  # a throwaway server: durability is not under test here
-                "-c full_page_writes=off",
                 "-c logging_collector=off",
             ]
         )
+        if not durable:  # a throwaway server: durability is not under test here
+            options += " -c fsync=off -c full_page_writes=off"
         self._run(
             str(self.bindir / "pg_ctl"),
             "-D",

@@ -624,18 +624,27 @@ class PostgresStorage(Storage):
         its rows matches. Used on stores with many tasks.
         """
         s = self._s
-        n_tasks, lo, hi = conn.execute(
-            f"SELECT count(*), min(first_seq), max(first_seq) FROM {s}.tasks"
+        # Bounded costs: "more than EXACT_SAMPLING_UP_TO tasks?" reads at most that many
+        # index entries; min/max come from the index; the size is the planner's estimate.
+        few, lo, hi, estimate = conn.execute(
+            f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {s}.tasks LIMIT %s) x), "
+            f"(SELECT min(first_seq) FROM {s}.tasks), (SELECT max(first_seq) FROM {s}.tasks), "
+            "(SELECT reltuples FROM pg_class WHERE oid = %s::regclass)",
+            (EXACT_SAMPLING_UP_TO + 1, f"{s}.tasks"),
         ).fetchone()
-        if n_tasks <= EXACT_SAMPLING_UP_TO:
+        if few <= EXACT_SAMPLING_UP_TO:
             return None
         where, params = self._where(cond)
+        # LATERAL ... LIMIT 1 probes each candidate task by index; a plain EXISTS would be
+        # planned as a semi-join over every matching row of the store.
         query = (
             f"SELECT t.task_id FROM unnest(%s::bigint[]) WITH ORDINALITY c(seq, ord) "
-            f"JOIN {s}.tasks t ON t.first_seq = c.seq WHERE EXISTS (SELECT 1 FROM {s}.rows "
-            f"WHERE rows.task_id = t.task_id AND {where}) ORDER BY c.ord"
+            f"CROSS JOIN LATERAL (SELECT task_id FROM {s}.tasks WHERE first_seq = c.seq) t "
+            f"CROSS JOIN LATERAL (SELECT 1 FROM {s}.rows WHERE rows.task_id = t.task_id "
+            f"AND {where} LIMIT 1) m ORDER BY c.ord"
         )
-        return _draw(conn, k, lo, hi, n_tasks, query, params, gen)
+        live = max(int(estimate or 0), few)
+        return _draw(conn, k, lo, hi, live, query, params, gen)
 
     def sample_task_ids(
         self, batch_size: int, query_condition: Condition | None = None, rng: SeedLike = None
@@ -690,7 +699,8 @@ class PostgresStorage(Storage):
             return None
         query = (
             f"SELECT r.seq FROM unnest(%s::bigint[]) WITH ORDINALITY c(seq, ord) "
-            f"JOIN {s}.rows r ON r.seq = c.seq WHERE {where} ORDER BY c.ord"
+            f"CROSS JOIN LATERAL (SELECT seq FROM {s}.rows WHERE rows.seq = c.seq "
+            f"AND {where}) r ORDER BY c.ord"
         )
         return _draw(conn, k, lo, hi, total, query, params, gen)
 
@@ -715,13 +725,14 @@ def _draw(
     """
     picked: dict[Any, None] = {}
     tried = hit = 0
-    rate = live / (hi - lo + 1) / 2  # first guess: half the live items match
+    rate = min(live / (hi - lo + 1), 1.0) / 2  # first guess: half the live items match
     for _ in range(6):
         need = k - len(picked)
         size = int(min(2 * need / max(rate, 1e-6) + 32, 100_000))
         cand = np.unique(gen.integers(lo, hi + 1, size=size))
         gen.shuffle(cand)
-        keys = [r[0] for r in conn.execute(query, [cand.tolist(), *params])]
+        array = "{" + ",".join(map(str, cand.tolist())) + "}"  # much faster than a list param
+        keys = [r[0] for r in conn.execute(query, [array, *params])]
         tried += len(cand)
         hit += len(keys)
         for key in keys:
