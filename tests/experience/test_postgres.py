@@ -311,3 +311,19 @@ def test_storage_error_rows_are_never_half_stored_on_a_duplicate(make_postgres):
     with pytest.raises(SchemaError, match="'dup' is already stored"):
         store.add_batch([make_row("u", i) for i in range(100)] + [make_row(row_id="dup")])
     assert store.size() == 1 and store.task_ids() == ["t"]
+
+
+@pytest.mark.parametrize(("singles", "tail"), [(300, 0), (300, 12), (255, 12)])
+def test_one_batch_evicting_hundreds_of_tasks_matches_the_in_memory_store(
+    make_postgres, singles, tail
+):
+    from replaystore.experience import InMemoryStorage
+
+    # Eviction reads the oldest tasks 256 at a time; 255 + 1 tasks is the edge where
+    # the newest task is in the first read and must keep its newest rows.
+    batch = [make_row(f"t{i:03d}", 0) for i in range(singles)] + episode("last", tail)
+    memory, store = InMemoryStorage(5), make_postgres(5)
+    memory.add_batch(batch)
+    store.add_batch(batch)
+    assert [r.id for r in store.get_all()] == [r.id for r in memory.get_all()]
+    assert store.size() == 5 and store.task_ids() == memory.task_ids()

@@ -443,8 +443,13 @@ class PostgresStorage(Storage):
                 continue
             oldest = conn.execute(
                 f"SELECT task_id, n_rows FROM {s}.tasks ORDER BY first_seq, task_id LIMIT %s",
-                (_CHUNK,),
+                (_CHUNK + 1,),
             ).fetchall()
+            if not oldest:  # the counter says rows remain but no task does
+                raise StorageError(
+                    f"store {self.schema!r}: row counter ({total - removed}) and task table "
+                    "disagree; the store was modified outside replaystore"
+                )
             if len(oldest) == 1:  # one task alone exceeds the capacity: keep its newest rows
                 tid = oldest[0][0]
                 conn.execute(
@@ -455,8 +460,9 @@ class PostgresStorage(Storage):
                 self._shrink_task(conn, tid, excess)
                 removed += excess
                 continue
-            # The newest task visible is never evicted whole here (len(oldest) < _CHUNK).
-            candidates = oldest if len(oldest) == _CHUNK else oldest[:-1]
+            # The newest task is never evicted whole here: it is the last one read
+            # when fewer than _CHUNK + 1 came back.
+            candidates = oldest[:_CHUNK] if len(oldest) > _CHUNK else oldest[:-1]
             doomed_ids: list[str] = []
             freed = 0
             for tid, k in candidates:
