@@ -32,6 +32,7 @@ __all__ = [
     "EncodedRow",
     "ExpMeta",
     "Experience",
+    "decode_experiences",
     "decode_row",
     "encode_row",
     "to_json_value",
@@ -449,6 +450,28 @@ def _experience_from_json(text: str) -> Experience:
     exp.v_t = obj.get("v_t")
     exp.messages = obj.get("messages")
     return exp
+
+
+def decode_experiences(payloads: list[str]) -> list[Experience]:
+    """:class:`Experience` objects from payload JSON texts, decoded in one parser call.
+
+    Same result as decoding each text on its own; one call saves the parser's
+    per-call overhead (about half the cost for payloads of a few hundred bytes).
+    """
+    if not payloads:
+        return []
+    out = []
+    new = Experience.__new__
+    for obj in _loads("[" + ",".join(payloads) + "]"):
+        exp = new(Experience)
+        exp.state = obj.get("state")
+        exp.actions = obj.get("actions")
+        exp.reward_t = obj.get("reward_t")
+        exp.adv_t = obj.get("adv_t")
+        exp.v_t = obj.get("v_t")
+        exp.messages = obj.get("messages")
+        out.append(exp)
+    return out
 
 
 def decode_row(row_id: str, meta: tuple[Any, ...], payload_json: str) -> DataRow:

@@ -46,7 +46,13 @@ import numpy as np
 from replaystore.errors import ConfigError, SchemaError, StorageError
 from replaystore.experience.decoding import FieldDecoders, as_decoders
 from replaystore.experience.query import Condition, compile_sql
-from replaystore.experience.rows import META_FIELDS, DataRow, decode_row, encode_batch
+from replaystore.experience.rows import (
+    META_FIELDS,
+    DataRow,
+    ExpMeta,
+    decode_experiences,
+    encode_batch,
+)
 from replaystore.experience.storage.base import (
     Eviction,
     Storage,
@@ -492,7 +498,10 @@ class SqliteStorage(Storage):
     # ------------------------------------------------------------------ reading
 
     def _decode(self, records: list[tuple[Any, ...]]) -> list[DataRow]:
-        rows = [decode_row(r[1], r[2:8], r[8]) for r in records]
+        payloads = decode_experiences([r[8] for r in records])
+        rows = [
+            DataRow(ExpMeta(*r[2:8]), exp, r[1]) for r, exp in zip(records, payloads, strict=True)
+        ]
         return rows if self.decoders is None else self.decoders.decode_rows(rows)
 
     @staticmethod
