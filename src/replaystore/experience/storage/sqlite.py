@@ -107,6 +107,15 @@ _KEY_INSERT = (
     "INSERT OR IGNORE INTO task_keys (field, value, first_seq, task_id) "
     "SELECT ?, ?, first_seq, task_id FROM tasks WHERE task_id = ?"
 )
+_KEY_INSERT_TWO = (  # the two keys of a one-row store (agent and task name), one statement
+    "INSERT OR IGNORE INTO task_keys (field, value, first_seq, task_id) "
+    "SELECT ?, ?, first_seq, task_id FROM tasks WHERE task_id = ? "
+    "UNION ALL SELECT ?, ?, first_seq, task_id FROM tasks WHERE task_id = ?"
+)
+_TASK_UPSERT = (
+    "INSERT INTO tasks (task_id, first_seq, n_rows) VALUES (?, ?, ?) "
+    "ON CONFLICT (task_id) DO UPDATE SET n_rows = n_rows + excluded.n_rows"
+)
 _SYNCHRONOUS = ("NORMAL", "FULL")
 
 _COLUMNS = "seq, id, " + ", ".join(META_FIELDS) + ", data"
@@ -398,12 +407,15 @@ class SqliteStorage(Storage):
                     conn.executemany(_INSERT, params)
             except sqlite3.IntegrityError as exc:
                 raise SchemaError(f"{self._duplicate(conn, ids, first)}; batch not stored") from exc
-            conn.executemany(
-                "INSERT INTO tasks (task_id, first_seq, n_rows) VALUES (?, ?, ?) "
-                "ON CONFLICT (task_id) DO UPDATE SET n_rows = n_rows + excluded.n_rows",
-                [(tid, first + offset, n) for tid, (offset, n) in counts.items()],
-            )
-            conn.executemany(_KEY_INSERT, list(keys))
+            tasks = [(tid, first + offset, n) for tid, (offset, n) in counts.items()]
+            if len(tasks) == 1:  # one-row stores: plain executes cost less than executemany
+                conn.execute(_TASK_UPSERT, tasks[0])
+            else:
+                conn.executemany(_TASK_UPSERT, tasks)
+            if len(keys) == 2:
+                conn.execute(_KEY_INSERT_TWO, [v for key in keys for v in key])
+            elif keys:
+                conn.executemany(_KEY_INSERT, list(keys))
             conn.execute("UPDATE stats SET value = value + ? WHERE key = 'n_rows'", (len(params),))
             if self.max_capacity is not None:
                 self._enforce_capacity(conn)
