@@ -109,9 +109,12 @@ CREATE INDEX rows_pre_agent ON {s}.rows (pre_agent);
 CREATE TABLE {s}.tasks (
     task_id TEXT PRIMARY KEY,
     first_seq BIGINT NOT NULL,
-    n_rows BIGINT NOT NULL
+    n_rows BIGINT NOT NULL,
+    tno BIGINT NOT NULL
 );
+CREATE SEQUENCE {s}.tasks_tno OWNED BY {s}.tasks.tno;
 CREATE INDEX tasks_first ON {s}.tasks (first_seq);
+CREATE UNIQUE INDEX tasks_by_tno ON {s}.tasks (tno);
 CREATE TABLE {s}.stats (key TEXT PRIMARY KEY, value BIGINT NOT NULL);
 INSERT INTO {s}.stats (key, value) VALUES ('n_rows', 0);
 CREATE TABLE {s}.replaystore_version (component TEXT PRIMARY KEY, version INTEGER NOT NULL);
@@ -394,13 +397,31 @@ class PostgresStorage(Storage):
                 entry[1] += 1
             # Everything below is short and serialised across all writers of this store.
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock,))
-            conn.execute(
-                f"INSERT INTO {s}.tasks (task_id, first_seq, n_rows) "
-                "SELECT * FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) "
-                "ON CONFLICT (task_id) DO UPDATE SET n_rows = tasks.n_rows + excluded.n_rows, "
-                "first_seq = least(tasks.first_seq, excluded.first_seq)",
-                (list(counts), [c[0] for c in counts.values()], [c[1] for c in counts.values()]),
+            columns = (
+                list(counts),
+                [c[0] for c in counts.values()],
+                [c[1] for c in counts.values()],
             )
+            known = {
+                r[0]
+                for r in conn.execute(
+                    f"UPDATE {s}.tasks t SET n_rows = t.n_rows + u.n, "
+                    "first_seq = least(t.first_seq, u.f) "
+                    "FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) u(task_id, f, n) "
+                    "WHERE t.task_id = u.task_id RETURNING t.task_id",
+                    columns,
+                )
+            }
+            if len(known) < len(counts):
+                # New tasks get the next task numbers: dense, so sampling draws them cheaply
+                # (an INSERT ... ON CONFLICT would spend a number on every existing task too).
+                new = [i for i, tid in enumerate(columns[0]) if tid not in known]
+                conn.execute(
+                    f"INSERT INTO {s}.tasks (task_id, first_seq, n_rows, tno) "
+                    f"SELECT u.task_id, u.f, u.n, nextval('{s}.tasks_tno') "
+                    "FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS u(task_id, f, n)",
+                    tuple([col[i] for i in new] for col in columns),
+                )
             total = conn.execute(
                 f"UPDATE {s}.stats SET value = value + %s WHERE key = 'n_rows' RETURNING value",
                 (n,),
@@ -623,10 +644,11 @@ class PostgresStorage(Storage):
     def _draw_task_ids(
         self, conn: Any, k: int, cond: Condition | None, gen: np.random.Generator
     ) -> list[str] | None:
-        """k distinct matching tasks drawn through their first rows' seqs; None to list instead.
+        """k distinct matching tasks drawn through their task numbers; None to list instead.
 
-        A uniform random seq in [min, max] of the tasks' first seqs hits one task's
-        first row (every live task equally likely); the task is kept when one of
+        Tasks are numbered densely as they appear; a uniform random number in
+        [min, max] of the live tasks' numbers hits one task or a hole left by
+        eviction (every live task equally likely); the task is kept when one of
         its rows matches. Used on stores with many tasks.
         """
         s = self._s
@@ -634,7 +656,7 @@ class PostgresStorage(Storage):
         # index entries; min/max come from the index; the size is the planner's estimate.
         few, lo, hi, estimate = conn.execute(
             f"SELECT (SELECT count(*) FROM (SELECT 1 FROM {s}.tasks LIMIT %s) x), "
-            f"(SELECT min(first_seq) FROM {s}.tasks), (SELECT max(first_seq) FROM {s}.tasks), "
+            f"(SELECT min(tno) FROM {s}.tasks), (SELECT max(tno) FROM {s}.tasks), "
             "(SELECT reltuples FROM pg_class WHERE oid = %s::regclass)",
             (EXACT_SAMPLING_UP_TO + 1, f"{s}.tasks"),
         ).fetchone()
@@ -644,8 +666,8 @@ class PostgresStorage(Storage):
         # LATERAL ... LIMIT 1 probes each candidate task by index; a plain EXISTS would be
         # planned as a semi-join over every matching row of the store.
         query = (
-            f"SELECT t.task_id FROM unnest(%s::bigint[]) WITH ORDINALITY c(seq, ord) "
-            f"CROSS JOIN LATERAL (SELECT task_id FROM {s}.tasks WHERE first_seq = c.seq) t "
+            f"SELECT t.task_id FROM unnest(%s::bigint[]) WITH ORDINALITY c(tno, ord) "
+            f"CROSS JOIN LATERAL (SELECT task_id FROM {s}.tasks WHERE tasks.tno = c.tno) t "
             f"CROSS JOIN LATERAL (SELECT 1 FROM {s}.rows WHERE rows.task_id = t.task_id "
             f"AND {where} LIMIT 1) m ORDER BY c.ord"
         )
