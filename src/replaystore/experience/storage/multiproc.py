@@ -40,7 +40,7 @@ from typing import Any
 from replaystore.errors import SchemaError, StorageError
 from replaystore.experience.decoding import FieldDecoders, as_decoders
 from replaystore.experience.query import Condition
-from replaystore.experience.rows import DataRow, decode_row, encode_batch
+from replaystore.experience.rows import DataRow, ExpMeta, decode_experiences, encode_batch
 from replaystore.experience.storage.base import (
     Eviction,
     Storage,
@@ -155,8 +155,9 @@ class MultiProcMemoryStorage(Storage):
     def _apply(self, entry: tuple[int, list[tuple[Any, ...]], list[int]]) -> None:
         first, records, evicted = entry
         index = self._index
-        for offset, rec in enumerate(records):
-            index.insert(first + offset, decode_row(rec[0], rec[1:7], rec[7]))
+        payloads = decode_experiences([rec[7] for rec in records])
+        for offset, (rec, exp) in enumerate(zip(records, payloads, strict=True)):
+            index.insert(first + offset, DataRow(ExpMeta(*rec[1:7]), exp, rec[0]))
         for seq in evicted:
             index.remove(seq)
         self._batches.append((self._pos, first))
@@ -182,9 +183,12 @@ class MultiProcMemoryStorage(Storage):
         self.add_batch([data], _where="data")
 
     def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
-        encoded = encode_batch(data_batch, _where)
+        encoded = encode_batch(data_batch, _where, decode=False)
         if not encoded:
             return
+        payloads = decode_experiences([e.payload_json for e in encoded])  # one parser call
+        for e, exp in zip(encoded, payloads, strict=True):
+            e.row.exp_data = exp
         records = [e.record() for e in encoded]
         with self._local_lock(), self._lock:
             state = self._sync()
