@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -210,25 +209,46 @@ def test_a_new_save_replaces_the_old_and_removes_orphans(make_buffer, ckpt: Path
 
 # --------------------------------------------------------------------- crashes
 
-_ROWS = 30_000
-_WIDTH = 256
+_ROWS = 2_000
+_WIDTH = 64
 
-_SAVE_FOREVER = textwrap.dedent(
+# Saves the buffer once, with os.fsync patched to stop (and say so) just before
+# its STOP_AT-th call, so the parent can kill the save at that exact point: each
+# fsync is a step after which a crash must leave a loadable checkpoint.
+_SAVE_STOPPING_AT_FSYNC = textwrap.dedent(
     """
+    import os
     import sys
+    import time
     import numpy as np
     from replaystore.transitions import ReplayBuffer
 
-    prefix, tag = sys.argv[1], float(sys.argv[2])
-    rows, width = int(sys.argv[3]), int(sys.argv[4])
+    prefix, tag, stop_at = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+    rows, width = int(sys.argv[4]), int(sys.argv[5])
     buf = ReplayBuffer("cpu", "cpu", rows, storage="memory", seed=0)
     obs = np.arange(rows * width, dtype=np.float32).reshape(rows, width) + tag
     buf.add_batch({"obs": obs, "tag": np.full(rows, tag)})
+    real_fsync = os.fsync
+    calls = 0
+
+    def stopping_fsync(fd):
+        global calls
+        calls += 1
+        if calls == stop_at:
+            print("stopped", flush=True)
+            time.sleep(3600)  # killed here by the parent
+        real_fsync(fd)
+
+    os.fsync = stopping_fsync
     print("ready", flush=True)
-    while True:
-        buf.save(prefix)
+    buf.save(prefix)
+    print("saved", flush=True)
+    time.sleep(3600)
     """
 )
+
+
+_SIZE = (str(_ROWS), str(_WIDTH))
 
 
 def _tagged_contents(tag: float) -> np.ndarray:
@@ -257,16 +277,21 @@ def _kill(proc: subprocess.Popen[str]) -> None:
 
 @pytest.mark.slow
 def test_save_killed_at_any_moment_leaves_a_loadable_checkpoint(tmp_path: Path) -> None:
+    """Kill a save just before each of its fsyncs in turn (one child process per
+    fsync, no timing involved): the checkpoint always loads, whole, as the
+    previous save or the killed one."""
     prefix = tmp_path / "ckpt" / "buffer"
     with ReplayBuffer("cpu", "cpu", _ROWS, storage="memory", seed=0) as buf:
         buf.add_batch({"obs": _tagged_contents(0.0), "tag": np.zeros(_ROWS)})
         buf.save(prefix)
-    seen_tags = set()
+    committed_tag = 0.0
     killed_mid_save = 0
-    for attempt, delay in enumerate([0.0, 0.02, 0.08, 0.2, 0.4]):
-        tag = float(attempt + 1)
-        proc = _start(_SAVE_FOREVER, str(prefix), str(tag), str(_ROWS), str(_WIDTH))
-        time.sleep(delay)
+    for stop_at in range(1, 100):
+        tag = float(stop_at)
+        proc = _start(_SAVE_STOPPING_AT_FSYNC, str(prefix), str(tag), str(stop_at), *_SIZE)
+        assert proc.stdout is not None
+        said = proc.stdout.readline().strip()
+        assert said in ("stopped", "saved"), f"child said {said!r}"
         _kill(proc)
         committed = json.loads(prefix.with_name("buffer.metadata").read_text())["data_dir"]
         data_dirs = {p.name for p in prefix.parent.glob("buffer.data-*")}
@@ -274,18 +299,24 @@ def test_save_killed_at_any_moment_leaves_a_loadable_checkpoint(tmp_path: Path) 
         with ReplayBuffer("cpu", "cpu", _ROWS, storage="memory") as restored:
             restored.load(prefix)  # never a partial checkpoint
             got = restored.sample_all()
-            got_tag = float(got["tag"][0])
-            assert torch.all(got["tag"] == got_tag)
-            np.testing.assert_array_equal(got["obs"].numpy(), _tagged_contents(got_tag))
-            seen_tags.add(got_tag)
-    # The committed checkpoint is always the previous one or the killed writer's.
-    assert seen_tags <= {float(t) for t in range(6)}
-    assert killed_mid_save >= 1  # the test did interrupt saves
+        got_tag = float(got["tag"][0])
+        assert torch.all(got["tag"] == got_tag)
+        np.testing.assert_array_equal(got["obs"].numpy(), _tagged_contents(got_tag))
+        assert got_tag in (committed_tag, tag)  # the previous checkpoint or this one
+        committed_tag = got_tag
+        if said == "saved":  # stop_at is past the save's last fsync
+            assert got_tag == tag
+            break
+    else:
+        raise AssertionError("the save never completed")
+    assert stop_at > 3  # the save has several fsyncs, each one was a kill point
+    assert killed_mid_save >= 1  # killed before the first fsync: a partial data directory
 
 
 _FILL_FLUSH_KEEP_ADDING = textwrap.dedent(
     """
     import sys
+    import time
     import numpy as np
     from replaystore.transitions import ReplayBuffer
 
@@ -296,10 +327,10 @@ _FILL_FLUSH_KEEP_ADDING = textwrap.dedent(
     buf.update_priorities(range(10), np.arange(10.0))
     buf.flush()
     print("flushed", flush=True)
-    i = 1000
-    while True:
+    for i in range(1000, 51_000):  # added, never flushed; no wrap-around
         buf.add({"obs": np.array([i, 2 * i], np.float32), "action": i})
-        i += 1
+    print("added", flush=True)
+    time.sleep(3600)  # killed here by the parent
     """
 )
 
@@ -310,7 +341,8 @@ def test_memmap_directory_reopened_after_sigkill_holds_everything_flushed(
 ) -> None:
     directory = tmp_path / "replay"
     proc = _start(_FILL_FLUSH_KEEP_ADDING, str(directory))
-    time.sleep(0.2)  # keeps adding (not flushed) without wrapping around
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "added"  # 50,000 adds since the flush
     _kill(proc)
     with ReplayBuffer("cpu", "cpu", 1_000_000, sampler="prioritized", path=directory) as buf:
         assert len(buf) == 1000 and buf.pointer == 1000
