@@ -207,10 +207,12 @@ def test_multiproc_log_is_trimmed_when_rows_are_evicted():
         manager.shutdown()
 
 
-def crash_writer(path: str) -> None:
+def crash_writer(path: str, first_batch_stored=None) -> None:
     store = SqliteStorage(path)
     n = 0
     while True:
+        if n == 1 and first_batch_stored is not None:
+            first_batch_stored.set()
         store.add_batch(
             [
                 DataRow(
@@ -229,8 +231,12 @@ def test_sigkill_during_store_batch_leaves_whole_batches_only(tmp_path):
     path = tmp_path / "crash.sqlite"
     SqliteStorage(path)
     for delay in (0.15, 0.4, 0.7):
-        proc = multiprocessing.Process(target=crash_writer, args=(str(path),))
+        first_batch_stored = multiprocessing.Event()
+        proc = multiprocessing.Process(target=crash_writer, args=(str(path), first_batch_stored))
         proc.start()
+        # Killed at some point after its first batch (where exactly does not
+        # matter: every outcome must leave whole batches only).
+        assert first_batch_stored.wait(120), "the writer stored nothing"
         time.sleep(delay)
         os.kill(proc.pid, signal.SIGKILL)
         proc.join()
