@@ -65,6 +65,7 @@ INSTALL_HINT = (
     "REPLAYSTORE_CHROMIUM=/path/to/chromium, or run `playwright install chromium`"
 )
 
+_RESET_TIMEOUT_S = 10.0
 _CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
@@ -280,28 +281,35 @@ class BrowserPool:
 
     async def _reset(self, slot: _Slot) -> bool:
         """Clear what the last task left in ``slot``; False when it must be replaced."""
-        context = slot.context
         try:
-            for page in list(context.pages):
-                _remember_origin(slot, page.url)
-            if slot.origins:
-                # Storage (localStorage, IndexedDB, cache...) is per origin: clear each one visited.
-                page = await context.new_page()
-                session = await context.new_cdp_session(page)
-                for origin in slot.origins:
-                    await session.send(
-                        "Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"}
-                    )
-                await session.detach()
-            for page in list(context.pages):
-                await page.close()
-            await context.clear_cookies()
-            await context.clear_permissions()
-        except Exception as exc:  # a crashed context is replaced, not reused
-            logger.warning("browser context could not be reset (%s); replacing it", exc)
+            async with asyncio.timeout(_RESET_TIMEOUT_S):
+                await self._clear(slot)
+        except Exception as exc:  # a crashed or stuck context is replaced, not reused
+            logger.info("browser context not reused (%s); replacing it", exc or repr(exc))
             return False
         slot.origins.clear()
         return True
+
+    async def _clear(self, slot: _Slot) -> None:
+        context = slot.context
+        if any(page.url.startswith("chrome-error:") for page in context.pages):
+            # Closing Chromium's error page can hang: such a context is replaced.
+            raise RuntimeError("the context shows a network error page")
+        for page in list(context.pages):
+            _remember_origin(slot, page.url)
+            await page.close()
+        await context.clear_cookies()
+        await context.clear_permissions()
+        if slot.origins:
+            # Storage (localStorage, IndexedDB, cache...) is per origin: clear each one visited.
+            page = await context.new_page()
+            session = await context.new_cdp_session(page)
+            for origin in sorted(slot.origins):
+                await session.send(
+                    "Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"}
+                )
+            await session.detach()
+            await page.close()
 
     @contextlib.asynccontextmanager
     async def context(self) -> AsyncIterator[Any]:
@@ -343,7 +351,8 @@ class BrowserPool:
             self._idle.append(slot)
             return
         with contextlib.suppress(Exception):
-            await slot.context.close()
+            async with asyncio.timeout(_RESET_TIMEOUT_S):
+                await slot.context.close()
 
     async def new_page(self, context: Any) -> Any:
         """A page in ``context`` (the viewport is the pool's)."""

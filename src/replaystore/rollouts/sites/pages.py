@@ -98,7 +98,12 @@ _STYLE = (
     "input{font:18px sans-serif;padding:4px;width:260px}"
     "button{font:18px sans-serif;padding:6px 14px;margin:4px}"
     "li{margin:6px 0}td,th{padding:4px 10px;text-align:left}"
+    # No animations, caret or focus ring: a click that changes nothing leaves the same pixels.
     "*{transition:none!important;animation:none!important;caret-color:transparent}"
+    "*:focus{outline:none!important}"
+    # Fixed colours: the browser's own hover/focus styles would repaint a dead button.
+    "input,button{border:1px solid #777!important;border-radius:2px;background:#fff!important;"
+    "color:#141414!important;box-shadow:none!important}button{background:#e6e6e6!important}"
 )
 
 
