@@ -583,9 +583,11 @@ def _sql_json(op: str, value: Any, path: str, field: str, params: list[Any], col
 
 # ----------------------------------------------------------------------------- PostgreSQL
 #
-# The PostgreSQL dialect reads the payload from a JSONB column. Every leaf is wrapped in
-# coalesce(..., FALSE) so it is TRUE or FALSE, never NULL: a missing path gives NULL inside
-# it, and the semantics say "false". JSON values are compared as JSONB (numbers exactly, as
+# The PostgreSQL dialect reads the payload from a JSONB column. A leaf may be NULL (a NULL
+# column, a missing path) where the semantics say false: harmless, since conditions only
+# combine leaves with AND/OR, under which NULL acts as FALSE, and every NOT inside a leaf
+# is applied to a coalesce(..., FALSE) or after a presence test. Column leaves stay bare
+# so that their indexes are used. JSON values are compared as JSONB (numbers exactly, as
 # numeric; strings exactly; no equality across kinds), strings are ordered by code point
 # (COLLATE "C" on UTF-8), and PostgreSQL text can hold no NUL character, so a query value
 # with one is rewritten into an equivalent test without it (it equals no stored string).
@@ -600,10 +602,8 @@ def _pg_sql(cond: Mapping[str, Any], params: list[Any], col: str) -> str:
     op = "in" if cond["op"] == "in_" else cond["op"]
     value = cond.get("value")
     if root == "exp_data":
-        leaf = _pg_json(op, value, rest, params, col)
-    else:
-        leaf = _pg_column(op, value, "id" if root == "id" else rest[0], params)
-    return f"coalesce({leaf}, FALSE)"
+        return _pg_json(op, value, rest, params, col)
+    return _pg_column(op, value, "id" if root == "id" else rest[0], params)
 
 
 def _unstorable(value: Any) -> bool:

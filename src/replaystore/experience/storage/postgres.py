@@ -667,7 +667,7 @@ class PostgresStorage(Storage):
         # planned as a semi-join over every matching row of the store.
         query = (
             f"SELECT t.task_id FROM unnest(%s::bigint[]) WITH ORDINALITY c(tno, ord) "
-            f"CROSS JOIN LATERAL (SELECT task_id FROM {s}.tasks WHERE tasks.tno = c.tno) t "
+            f"CROSS JOIN LATERAL (SELECT task_id FROM {s}.tasks WHERE tasks.tno = c.tno LIMIT 1) t "
             f"CROSS JOIN LATERAL (SELECT 1 FROM {s}.rows WHERE rows.task_id = t.task_id "
             f"AND {where} LIMIT 1) m ORDER BY c.ord"
         )
