@@ -805,6 +805,53 @@ class _VersionAction(argparse.Action):
         parser.exit(0)
 
 
+def _cmd_rollout(args: argparse.Namespace) -> int:
+    import asyncio
+
+    try:
+        from replaystore.rollouts.browser import BrowserUnavailableError, require_playwright
+        from replaystore.rollouts.runner import rollout
+
+        require_playwright()
+    except ImportError as exc:
+        print(f"replaystore rollout: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = asyncio.run(
+            rollout(
+                args.tasks,
+                args.out,
+                policy=args.policy,
+                base_url=args.base_url,
+                model=args.model,
+                api_key=args.api_key,
+                workers=args.workers,
+                iteration=args.iteration,
+                rank=args.rank,
+                logger_backend=args.logger,
+                cdp_urls=args.cdp or None,
+                max_tasks=args.max_tasks,
+            )
+        )
+    except BrowserUnavailableError as exc:
+        print(f"replaystore rollout: {exc}", file=sys.stderr)
+        return 2
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.status_counts().items()))
+    print(
+        f"iteration {result.iteration} rank {result.rank}: {len(result.outcomes)} tasks "
+        f"({counts}), success {100 * result.success_rate:.0f}%, {result.steps} steps, "
+        f"{result.steps_per_second:.2f} steps/s"
+    )
+    if result.blocked_sites:
+        print(f"blocked (added to the blocklist): {', '.join(result.blocked_sites)}")
+    if result.path is not None:
+        print(f"stored: {result.path}")
+    if result.interrupted:
+        print("interrupted: finished trajectories were saved", file=sys.stderr)
+        return 130
+    return 0
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     info = _environment_info()
     if args.json:
@@ -1069,6 +1116,32 @@ def _parser() -> _Parser:
         help="keep every page-metadata field (default: only title and url)",
     )
     imp.set_defaults(func=_cmd_import_webgym)
+
+    ro = sub.add_parser(
+        "rollout",
+        help="run one web-agent rollout iteration in a real browser",
+        description="Roll out tasks in headless Chromium (system Chromium, REPLAYSTORE_CHROMIUM, "
+        "or --cdp URLs of running browsers) with a policy, evaluate the answers, and store the "
+        "trajectories under OUT/storage (one file per iteration and rank). Anti-bot sites go "
+        "to OUT/blocklist.jsonl, attempts to OUT/task_history.json. Ctrl-C stops and keeps "
+        "every finished trajectory. Needs the rollouts extra.",
+    )
+    ro.add_argument(
+        "--tasks", default="suite", help="task file (JSONL/CSV/Parquet), or 'suite' (default): "
+        "the bundled local website suite",
+    )
+    ro.add_argument("--policy", choices=("scripted", "openai"), default="scripted")
+    ro.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://HOST:8000/v1 (vLLM)")
+    ro.add_argument("--model", help="model name the server serves")
+    ro.add_argument("--api-key", help="API key for the server (vLLM: any value unless set)")
+    ro.add_argument("--workers", type=int, default=4, help="browser contexts at once (default 4)")
+    ro.add_argument("--iteration", type=int, help="iteration number (default: the next one)")
+    ro.add_argument("--rank", type=int, default=0, help="this process's rank (default 0)")
+    ro.add_argument("--max-tasks", type=int, help="roll out only the first N tasks")
+    ro.add_argument("--cdp", action="append", metavar="URL", help="CDP endpoint (repeatable)")
+    ro.add_argument("--out", required=True, help="run directory")
+    ro.add_argument("--logger", choices=("none", "wandb", "tensorboard"), default="none")
+    ro.set_defaults(func=_cmd_rollout)
 
     info = sub.add_parser(
         "info",

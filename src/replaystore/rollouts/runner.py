@@ -1,0 +1,123 @@
+"""One rollout iteration from a task file: what ``replaystore rollout`` runs.
+
+:func:`rollout` wires the pieces together: tasks (a file, or the bundled local
+suite served for the run), a browser pool, a policy (scripted, or an
+OpenAI-protocol server such as vLLM), the evaluator, the blocklist and task
+history kept under ``out``, the trajectory storage ``<out>/storage``, and an
+optional experiment logger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from replaystore.errors import ConfigError
+
+__all__ = ["SUITE", "rollout"]
+
+#: The ``tasks`` value that means "the bundled local website suite".
+SUITE = "suite"
+
+
+async def rollout(
+    tasks: str | Path,
+    out: str | Path,
+    *,
+    policy: str = "scripted",
+    base_url: str | None = None,
+    model: str | None = None,
+    api_key: str | None = None,
+    workers: int = 4,
+    iteration: int | None = None,
+    rank: int = 0,
+    logger_backend: str = "none",
+    cdp_urls: Sequence[str] | None = None,
+    max_tasks: int | None = None,
+    progress: bool | None = None,
+    **collector_options: Any,
+) -> Any:
+    """Run one rollout iteration; returns the :class:`~.collector.IterationResult`.
+
+    Args:
+        tasks: a JSONL/CSV/Parquet task file, or ``"suite"`` for the local suite
+            (served on 127.0.0.1 for the duration of the run).
+        out: run directory: ``storage/``, ``blocklist.jsonl``, ``task_history.json``, ``logs/``.
+        policy: ``"scripted"`` or ``"openai"`` (needs ``base_url`` and ``model``).
+        workers: contexts (tasks) at once.
+        iteration: iteration number (default: the storage's next one).
+        logger_backend: ``none``, ``wandb`` or ``tensorboard``.
+        cdp_urls: use running browsers over CDP instead of launching one.
+        max_tasks: roll out only the first N tasks not on the blocklist.
+        collector_options: passed to :class:`~.collector.RolloutCollector`.
+
+    Raises:
+        ConfigError: a bad policy name or missing ``base_url``/``model``.
+        BrowserUnavailableError: no browser (its message says how to get one).
+    """
+    from replaystore.pipeline.blocklist import Blocklist
+    from replaystore.pipeline.task_history import TaskHistory
+    from replaystore.pipeline.task_sampler import load_tasks
+    from replaystore.trajectories.storage import TrajectoryStorage
+
+    from .browser import BrowserPool
+    from .collector import RolloutCollector
+    from .evaluator import Evaluator
+    from .policy import OpenAIChatPolicy, WebAgent
+    from .scripted import ScriptedPolicy
+    from .sites import LocalSuite
+
+    if policy == "scripted":
+        chosen: Any = ScriptedPolicy()
+        agent = WebAgent(chosen, image_urls="file")
+    elif policy == "openai":
+        if not base_url or not model:
+            raise ConfigError("--policy openai needs --base-url and --model")
+        options = {} if api_key is None else {"api_key": api_key}
+        agent = WebAgent(OpenAIChatPolicy(base_url, model, **options), image_urls="data")
+    else:
+        raise ConfigError(f"unknown policy {policy!r}; use scripted or openai")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    storage = TrajectoryStorage(out / "storage")
+    blocklist = Blocklist(out / "blocklist.jsonl")
+    history_file = out / "task_history.json"
+    history = TaskHistory.load(history_file) if history_file.exists() else TaskHistory()
+    number = storage.next_iteration() if iteration is None else int(iteration)
+    experiment = None
+    if logger_backend != "none":
+        from .experiment_logger import ExperimentLogger
+
+        experiment = ExperimentLogger(logger_backend, log_dir=out / "logs", rank=rank)
+    with contextlib.ExitStack() as stack:
+        if str(tasks) == SUITE:
+            suite = stack.enter_context(LocalSuite())
+            task_list = suite.tasks()
+        else:
+            task_list = load_tasks(tasks)
+        task_list = [t for t in task_list if not blocklist.is_website_blocked(t.website)]
+        if max_tasks is not None:
+            task_list = task_list[: int(max_tasks)]
+        try:
+            async with BrowserPool(workers, cdp_urls=cdp_urls) as pool:
+                collector = RolloutCollector(
+                    agent,
+                    Evaluator(),
+                    storage,
+                    pool=pool,
+                    num_workers=workers,
+                    blocklist=blocklist,
+                    task_history=history,
+                    logger=experiment,
+                    progress=progress,
+                    **collector_options,
+                )
+                result = await collector.run_iteration(task_list, number, rank=rank)
+        finally:
+            await agent.aclose()
+            if experiment is not None:
+                experiment.close()
+    history.save(history_file)
+    return result
