@@ -123,12 +123,13 @@ def test_actions_execute_and_the_ac_tree_locates_elements(
             box = find_element(tree, "textbox", "Search products")
             assert box is not None and 0 <= box.x < VIEWPORT[0] and 0 <= box.y < VIEWPORT[1]
             await execute_action(page, parse_action(f'type({box.x}, {box.y}, "kettle")'))
-            outcome = await execute_action(page, parse_action('key("Enter")'))
+            # A generous settle window: the test asserts that the navigation is seen.
+            outcome = await execute_action(page, parse_action('key("Enter")'), settle_s=1.0)
             assert outcome.navigated and outcome.error is None
             assert page.url.endswith("/search?q=kettle")
             link = find_element(parse_ac_tree(await accessibility_tree(page)), "link", "Red Kettle")
             assert link is not None
-            await execute_action(page, parse_action(f"click({link.x}, {link.y})"))
+            await execute_action(page, parse_action(f"click({link.x}, {link.y})"), settle_s=1.0)
             assert await page.title() == "Red Kettle"
             await execute_action(page, parse_action("back()"))
             assert page.url.endswith("/search?q=kettle")

@@ -270,7 +270,7 @@ async def execute_action(
     action: Action | dict[str, Any],
     *,
     navigation_timeout_s: float = 15.0,
-    settle_s: float = 0.1,
+    settle_s: float = 0.25,
     watcher: NavigationWatcher | None = None,
 ) -> ActionOutcome:
     """Run ``action`` on a Playwright ``page`` and wait for the page to settle.

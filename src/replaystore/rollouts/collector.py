@@ -287,7 +287,7 @@ class RolloutCollector:
         task_history: TaskHistory | None = None,
         logger: Any = None,
         screenshot_root: str | Path | None = None,
-        settle_s: float = 0.1,
+        settle_s: float = 0.25,
         progress: bool | None = None,
         handle_sigint: bool = True,
     ) -> None:
