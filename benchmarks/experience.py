@@ -303,7 +303,7 @@ def _met(ok: bool) -> str:
 
 
 def _k(rate: float) -> str:
-    return f"{rate / 1e3:,.0f}k"
+    return f"{rate / 1e3:,.0f}k" if rate >= 10e3 else f"{rate:,.0f}"
 
 
 # ----------------------------------------------------------------------------- main
