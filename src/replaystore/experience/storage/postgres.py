@@ -293,8 +293,10 @@ class PostgresStorage(Storage):
         """A pooled connection inside one transaction (committed on success)."""
         try:
             with self._get_pool().connection() as conn:
-                if read_only:  # one consistent snapshot for several statements
-                    conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                # Reads see one consistent snapshot across their statements. Set on the idle
+                # connection, these go out with the BEGIN: no extra round trip.
+                conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ if read_only else None
+                conn.read_only = read_only
                 yield conn
         except psycopg.OperationalError as exc:
             raise StorageError(f"PostgreSQL store {self.schema}: {exc}") from exc
