@@ -199,7 +199,9 @@ class OpenAIJudge:
 
     Args:
         client: a :class:`ChatCompletionsClient` (shared with a policy or its own).
-        base_url, model, options: build a client instead (see ``ChatCompletionsClient``).
+        base_url: build a client for this API root instead (with ``model``).
+        model: the judge model's name (with ``base_url``).
+        **options: further ``ChatCompletionsClient`` keywords for that client.
         max_images: how many of the last screenshots to attach (>= 0).
         system_prompt: replaces :data:`JUDGE_SYSTEM_PROMPT`.
 

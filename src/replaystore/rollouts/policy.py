@@ -212,11 +212,15 @@ class OpenAIChatPolicy:
     ``base_url="http://HOST:8000/v1"``.
 
     Args:
-        base_url, model, api_key, temperature, max_tokens, max_concurrency,
-        max_retries, backoff_base_s, backoff_max_s, timeout_s, extra_body, seed,
-        transport: see :class:`~replaystore.rollouts.chat_client.ChatCompletionsClient`
-            (defaults: temperature 0.0, max_tokens 512, 8 requests in flight, 4 retries
-            from 0.5 s doubling up to 30 s, 120 s per request).
+        base_url: the server's OpenAI-compatible API root, e.g. ``http://HOST:8000/v1``.
+        model: the model name the server was started with.
+        **options: the rest of
+            :class:`~replaystore.rollouts.chat_client.ChatCompletionsClient`'s keywords:
+            ``api_key``, ``temperature``, ``max_tokens``, ``max_concurrency``,
+            ``max_retries``, ``backoff_base_s``, ``backoff_max_s``, ``timeout_s``,
+            ``extra_body``, ``seed``, ``transport`` (defaults: temperature 0.0,
+            max_tokens 512, 8 requests in flight, 4 retries from 0.5 s doubling up to
+            30 s, 120 s per request).
         client: an existing client to share (e.g. with a judge); then the other
             arguments must be left out.
 
