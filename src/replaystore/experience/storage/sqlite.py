@@ -166,12 +166,17 @@ def _task_filter(cond: Mapping[str, Any]) -> tuple[str, list[Any], bool] | None:
                 return found[0], found[1], found[2] and len(parts) == 1
         return None
     if "or_" in cond:
-        found_all = [_task_filter(part) for part in cond["or_"]]
-        if not found_all or any(f is None for f in found_all):
+        found_all = []
+        for part in cond["or_"]:
+            found = _task_filter(part)
+            if found is None:
+                return None
+            found_all.append(found)
+        if not found_all:
             return None
-        sql = " UNION ".join(f[0] for f in found_all)  # type: ignore[index]
-        params = [v for f in found_all for v in f[1]]  # type: ignore[union-attr]
-        return sql, params, all(f[2] for f in found_all)  # type: ignore[index]
+        sql = " UNION ".join(f[0] for f in found_all)
+        params = [v for f in found_all for v in f[1]]
+        return sql, params, all(f[2] for f in found_all)
     op = cond["op"]
     field = cond["field"]
     if op not in ("eq", "in", "in_") or not field.startswith("exp_meta."):
@@ -398,7 +403,7 @@ class SqliteStorage(Storage):
             first = 2**63 - 1  # rows stored before this batch have seqs below ``first``
             try:
                 if len(params) == 1:
-                    first = conn.execute(_INSERT, params[0]).lastrowid
+                    first = int(conn.execute(_INSERT, params[0]).lastrowid or 0)
                 else:
                     before = conn.execute(
                         "SELECT seq FROM sqlite_sequence WHERE name = 'rows'"
