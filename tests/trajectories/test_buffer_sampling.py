@@ -212,3 +212,17 @@ def test_eligible_only_false_draws_from_every_kept_sample(
     assert set(draw.positions.tolist()) <= set(range(len(buffer)))
     again = buffer.training_positions(5, recency_bias_power=2.0, seed=3, eligible_only=False)
     np.testing.assert_array_equal(draw.positions, again)
+
+
+def test_positive_powers_need_no_table_and_negative_ones_cache_one(
+    trajectory_factory: TrajectoryFactory,
+) -> None:
+    # The first call of a power > 0 costs what later calls do: nothing is built or cached.
+    buffer = _eligible_pool(trajectory_factory, 64)
+    picked = buffer.training_positions(8, 2.0, seed=1)
+    assert len(set(picked.tolist())) == 8
+    assert buffer._tables == {}
+    np.testing.assert_array_equal(picked, buffer.training_positions(8, 2.0, seed=1))
+    older = buffer.training_positions(8, -1.0, seed=1)  # favours old samples: alias table
+    assert len(set(older.tolist())) == 8
+    assert list(buffer._tables) == [(64, -1.0)]
