@@ -295,21 +295,24 @@ class BrowserPool:
         if any(page.url.startswith("chrome-error:") for page in context.pages):
             # Closing Chromium's error page can hang: such a context is replaced.
             raise RuntimeError("the context shows a network error page")
-        for page in list(context.pages):
+        pages = list(context.pages)
+        for page in pages:
             _remember_origin(slot, page.url)
-            await page.close()
-        await context.clear_cookies()
-        await context.clear_permissions()
         if slot.origins:
-            # Storage (localStorage, IndexedDB, cache...) is per origin: clear each one visited.
-            page = await context.new_page()
-            session = await context.new_cdp_session(page)
+            # Storage (localStorage, IndexedDB, cache...) is per origin: clear each one
+            # visited, through a page the task left open (a new page costs a renderer).
+            if not pages:
+                pages.append(await context.new_page())
+            session = await context.new_cdp_session(pages[0])
             for origin in sorted(slot.origins):
                 await session.send(
                     "Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"}
                 )
             await session.detach()
+        for page in pages:
             await page.close()
+        await context.clear_cookies()
+        await context.clear_permissions()
 
     @contextlib.asynccontextmanager
     async def context(self) -> AsyncIterator[Any]:
