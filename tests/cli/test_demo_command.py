@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -55,11 +58,33 @@ def test_transitions_outputs(demo_run):
     assert stats["kind"] == "transitions_checkpoint" and stats["data_files_complete"]
 
 
+def test_without_a_browser_the_trajectories_part_is_skipped_with_one_line(tmp_path: Path):
+    pytest.importorskip("playwright")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "REPLAYSTORE_CHROMIUM"}
+    env.update(PATH=str(empty), PLAYWRIGHT_BROWSERS_PATH=str(empty))  # no browser anywhere
+    proc = subprocess.run(
+        [sys.executable, "-m", "replaystore.cli", "demo", "--quick", "--part", "trajectories",
+         "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    part = proc.stdout.split("\n== trajectories ==\n", 1)[1]
+    assert part.startswith("  SKIPPED (no browser): no Chromium found: install one"), part
+    assert "apt-get install chromium" in part and "other parts still run" in part
+
+
 @pytest.mark.slow
 def test_trajectories_outputs(demo_run):
-    out, _ = demo_run
+    out, stdout = demo_run
     root = out / "trajectories"
+    assert "SKIPPED" not in stdout  # CI has Chromium: the real browser loop ran
+    assert stdout.count(" browser rollouts on ") == 3
     assert_png(root / "success_rate.png")
+    shots = list((root / "screenshots").rglob("step_*.png"))
+    assert shots
+    assert_png(shots[0])
     assert TrajectoryStorage(root / "storage").iterations() == [1, 2, 3]
     dataset = root / "llamafactory"
     info = json.loads((dataset / "dataset_info.json").read_text())
