@@ -600,7 +600,7 @@ class SqliteStorage(Storage):
             chunk = list(task_ids[start : start + _CHUNK])
             records = conn.execute(
                 f"SELECT {_COLUMNS} FROM rows WHERE task_id IN "
-                f"({', '.join('?' * len(chunk))}) ORDER BY seq",
+                f"({', '.join('?' * len(chunk))}) ORDER BY task_id, seq",  # index order: no sort
                 chunk,
             ).fetchall()
             for row in self._decode(records):
