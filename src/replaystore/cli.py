@@ -531,15 +531,16 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from replaystore.experience.storage.urls import is_postgres_url
-    from replaystore.trajectories import TrajectoryBuffer, TrajectoryStorage
-    from replaystore.trajectories.context import ConversationBuilder
-    from replaystore.trajectories.export import export_llamafactory
 
-    if is_postgres_url(args.store):
+    if is_postgres_url(args.store):  # before the trajectory imports (torch): fail fast
         raise _UsageError(
             f"{args.store} is an experience store; export reads a trajectory storage "
             "directory (copy an experience store with: replaystore copy SRC DST)"
         )
+    from replaystore.trajectories import TrajectoryBuffer, TrajectoryStorage
+    from replaystore.trajectories.context import ConversationBuilder
+    from replaystore.trajectories.export import export_llamafactory
+
     store = _store_path(args.store)
     if not store.is_dir():
         raise _UsageError(f"{store} is not a directory (expected a trajectory storage)")
