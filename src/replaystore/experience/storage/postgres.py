@@ -790,7 +790,7 @@ def read_summary(url: str, schema: str | None = None) -> dict[str, Any]:
         raise ConfigError(f"bad schema name {schema!r}")
     s = sql.Identifier(schema).as_string(None)
     try:
-        conn = psycopg.connect(conninfo, connect_timeout=10)
+        conn: Any = psycopg.connect(conninfo, connect_timeout=10)  # rows are tuples
     except psycopg.Error as exc:
         raise StorageError(f"cannot connect to PostgreSQL at {_redact(conninfo)}: {exc}") from exc
     try:
