@@ -7,7 +7,9 @@
 2. The task's website is opened (``navigation_retries`` more tries on a
    navigation error, each error logged and counted per website; when every try
    fails the trajectory is WebGym's one-step ``invalid_url`` placeholder).
-3. Each step: screenshot (PNG written atomically under ``screenshot_root``),
+3. Each step: screenshot (PNG written atomically under ``screenshot_root``, and
+   its pixel fingerprint taken in the same worker thread, which sets the previous
+   step's ``same_as_next_screenshot``),
    page metadata (url, title) and accessibility tree -> ``agent.act`` (the
    :class:`~replaystore.rollouts.policy.WebAgent`: prompt, policy, response
    decomposition) -> :func:`~replaystore.rollouts.actions.parse_action` ->
@@ -57,6 +59,7 @@ from replaystore.pipeline.blocklist import Blocklist, normalize_domain
 from replaystore.pipeline.task_history import TaskHistory
 from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
 from replaystore.trajectories.response_decomposer import get_action_string
+from replaystore.trajectories.screenshots import fingerprint_image
 from replaystore.trajectories.storage import TrajectoryStorage
 
 from .actions import NavigationWatcher, execute_action, parse_action
@@ -173,7 +176,8 @@ class IterationResult:
         timings: summed seconds over all steps: ``browser`` (screenshot, page
             snapshot, action execution), ``screenshot`` (part of browser: the
             capture alone), ``policy`` (``agent.act``), ``write`` (screenshot
-            files), ``overhead`` (everything else in the step: the collector's own cost).
+            files and their pixel fingerprints, in a worker thread), ``overhead``
+            (everything else in the step: the collector's own cost).
     """
 
     iteration: int
@@ -219,7 +223,17 @@ class IterationResult:
 class _Run:
     """Mutable state of one running task: survives the task's cancellation."""
 
-    __slots__ = ("answer", "error", "index", "nav_status", "start", "status", "steps", "task")
+    __slots__ = (
+        "answer",
+        "error",
+        "fingerprint",
+        "index",
+        "nav_status",
+        "start",
+        "status",
+        "steps",
+        "task",
+    )
 
     def __init__(self, index: int, task: Task) -> None:
         self.index = index
@@ -229,6 +243,7 @@ class _Run:
         self.answer: str | None = None
         self.error: str | None = None
         self.nav_status: int | None = None  # HTTP status of the main frame's last navigation
+        self.fingerprint: bytes | None = None  # pixel fingerprint of the last screenshot
         self.start = time.perf_counter()
 
 
@@ -401,8 +416,13 @@ class RolloutCollector:
         snap = await page_snapshot(page)
         t2 = time.perf_counter()
         path = folder / f"step_{step:03d}.png"
-        await asyncio.to_thread(_write_png, path, png)
+        fingerprint = await asyncio.to_thread(_write_png, path, png)
         t3 = time.perf_counter()
+        # The previous step's same-as-next flag, from pixels, while the rollout runs (as
+        # WebGym does): the storage then has nothing to decode when the iteration is saved.
+        if run.steps and run.fingerprint is not None and fingerprint is not None:
+            run.steps[-1]["same_as_next_screenshot"] = run.fingerprint == fingerprint
+        run.fingerprint = fingerprint
         timings["screenshot"] += t1 - t0
         timings["browser"] += t2 - t0
         timings["write"] += t3 - t2
@@ -764,8 +784,15 @@ def _account(timings: dict[str, float], before: dict[str, float], t_start: float
     timings["overhead"] += max(0.0, time.perf_counter() - t_start - inside)
 
 
-def _write_png(path: Path, data: bytes) -> None:
+def _write_png(path: Path, data: bytes) -> bytes | None:
+    """Write the screenshot atomically; its pixel fingerprint (None if it cannot be decoded:
+    the storage then computes the flag itself)."""
     atomic_write_bytes(path, data)
+    try:
+        return fingerprint_image(path)
+    except (OSError, ValueError) as exc:
+        logger.warning("screenshot %s cannot be fingerprinted: %s", path, exc)
+        return None
 
 
 def _domain(url: str) -> str:
