@@ -3,6 +3,12 @@
 Browser tests need Chromium (Debian: ``apt-get install chromium``; or
 ``REPLAYSTORE_CHROMIUM=/path``). Without one they skip with one line saying
 so, except under ``CI=true``, where a missing browser fails the test.
+
+Speed: the tests are synchronous and run their coroutines with :func:`run` on
+one event loop for the whole session, so one Chromium (the ``browser``
+fixture, launched once) serves every test's pools (``BrowserPool(browser=...)``);
+only the tests of launching itself (``replaystore rollout``, the Ctrl-C child
+process, CDP) start browsers of their own.
 """
 
 from __future__ import annotations
@@ -15,7 +21,13 @@ from typing import Any
 
 import pytest
 
-from replaystore.rollouts.browser import INSTALL_HINT, BrowserUnavailableError, find_chromium
+from replaystore.rollouts.browser import (
+    CHROMIUM_ARGS,
+    INSTALL_HINT,
+    BrowserPool,
+    BrowserUnavailableError,
+    find_chromium,
+)
 from replaystore.rollouts.sites import LocalSuite
 
 #: Small pages make fast screenshots: every browser test uses this viewport.
@@ -52,16 +64,60 @@ def chromium() -> str | None:
     return path
 
 
-@pytest.fixture(scope="module")
-def suite() -> Iterator[LocalSuite]:
-    """The local website suite, served for the whole test module."""
-    with LocalSuite() as running:
-        yield running
+_RUNNER: asyncio.Runner | None = None
 
 
 def run(coro: Any) -> Any:
-    """Run a coroutine to completion in a fresh event loop (the tests are synchronous)."""
-    return asyncio.run(coro)
+    """Run a coroutine to completion on the session's event loop (the tests are
+    synchronous; the shared browser's Playwright objects live on this loop)."""
+    global _RUNNER
+    if _RUNNER is None:
+        _RUNNER = asyncio.Runner()
+    return _RUNNER.run(coro)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_loop() -> Iterator[None]:
+    """Closes the session's event loop after the last test."""
+    global _RUNNER
+    yield
+    if _RUNNER is not None:
+        _RUNNER.close()
+        _RUNNER = None
+
+
+@pytest.fixture(scope="session")
+def browser(chromium: str | None) -> Iterator[Any]:
+    """One headless Chromium for the whole session (each pool makes its own contexts)."""
+    from playwright.async_api import async_playwright
+
+    async def launch() -> tuple[Any, Any]:
+        playwright = await async_playwright().start()
+        launched = await playwright.chromium.launch(
+            executable_path=chromium, headless=True, args=list(CHROMIUM_ARGS)
+        )
+        return playwright, launched
+
+    playwright, launched = run(launch())
+    yield launched
+
+    async def stop() -> None:
+        await launched.close()
+        await playwright.stop()
+
+    run(stop())
+
+
+def pool(browser: Any, size: int) -> BrowserPool:
+    """A pool of ``size`` contexts on the session's browser, test viewport."""
+    return BrowserPool(size, browser=browser, viewport=VIEWPORT)
+
+
+@pytest.fixture(scope="session")
+def suite() -> Iterator[LocalSuite]:
+    """The local website suite, served for the whole session."""
+    with LocalSuite() as running:
+        yield running
 
 
 class ReplayPolicy:

@@ -8,6 +8,7 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from replaystore.rollouts.browser import (
 from replaystore.rollouts.scripted import find_element, parse_ac_tree
 from replaystore.rollouts.sites import LocalSuite
 
-from .conftest import VIEWPORT, run
+from .conftest import VIEWPORT, pool, run
 
 
 @pytest.mark.parametrize(
@@ -71,52 +72,59 @@ def test_find_chromium_rejects_a_bad_override(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_pool_reuses_contexts_and_clears_cookies_and_storage(
-    chromium: str | None, suite: LocalSuite
+    browser: Any, suite: LocalSuite
 ) -> None:
     async def go() -> None:
-        async with BrowserPool(2, executable_path=chromium, viewport=VIEWPORT) as pool:
+        async with pool(browser, 2) as contexts:
             url = suite.url("shop")
-            async with pool.context() as first:
+            async with contexts.context() as first:
                 page = await first.new_page()
                 await page.goto(url)
                 await page.evaluate("localStorage.setItem('k', 'v'); document.cookie = 'c=1'")
                 assert await page.evaluate("document.cookie") == "c=1"
-            async with pool.context() as second:
+            async with contexts.context() as second:
                 assert second is first  # the same context, reused
                 page = await second.new_page()
                 await page.goto(url)
                 assert await page.evaluate("localStorage.getItem('k')") is None
                 assert await page.evaluate("document.cookie") == ""
-            assert (pool.created, pool.reused) == (1, 1)
+            assert (contexts.created, contexts.reused) == (1, 1)
+        # The pool closed its contexts and left the shared browser open.
+        assert browser.is_connected() and not browser.contexts
 
     run(go())
 
 
-def test_pool_bounds_the_number_of_live_contexts(chromium: str | None) -> None:
+def test_a_pool_on_a_given_browser_needs_a_browser_and_not_cdp_too(browser: Any) -> None:
+    with pytest.raises(ValueError, match="not both"):
+        BrowserPool(1, browser=browser, cdp_urls=["http://127.0.0.1:9"])
+    with pytest.raises(ValueError, match="Playwright Browser"):
+        BrowserPool(1, browser="chromium")
+
+
+def test_pool_bounds_the_number_of_live_contexts(browser: Any) -> None:
     async def go() -> None:
-        async with BrowserPool(2, executable_path=chromium, viewport=VIEWPORT) as pool:
+        async with pool(browser, 2) as contexts:
             live = peak = 0
 
             async def task() -> None:
                 nonlocal live, peak
-                async with pool.context():
+                async with contexts.context():
                     live += 1
                     peak = max(peak, live)
                     await asyncio.sleep(0.05)
                     live -= 1
 
             await asyncio.gather(*(task() for _ in range(6)))
-            assert peak == 2 and pool.created == 2
+            assert peak == 2 and contexts.created == 2
 
     run(go())
 
 
-def test_actions_execute_and_the_ac_tree_locates_elements(
-    chromium: str | None, suite: LocalSuite
-) -> None:
+def test_actions_execute_and_the_ac_tree_locates_elements(browser: Any, suite: LocalSuite) -> None:
     async def go() -> None:
-        pool = BrowserPool(1, executable_path=chromium, viewport=VIEWPORT)
-        async with pool, pool.context() as context:
+        contexts = pool(browser, 1)
+        async with contexts, contexts.context() as context:
             page = await context.new_page()
             await page.goto(suite.url("shop"))
             tree = parse_ac_tree(await accessibility_tree(page))

@@ -27,7 +27,7 @@ from replaystore.trajectories.components import Task
 from replaystore.trajectories.screenshots import fingerprint_image
 from replaystore.trajectories.storage import TrajectoryStorage
 
-from .conftest import TEST_MAX_STEPS, VIEWPORT, ReplayPolicy, reply, run
+from .conftest import TEST_MAX_STEPS, ReplayPolicy, pool, reply, run
 
 TASK_IDS = [
     "shop-001", "shop-004", "travel-001", "recipes-001", "recipes-002", "library-002",
@@ -36,15 +36,15 @@ TASK_IDS = [
 
 
 async def _collect(
-    tasks: list[Task], out: Path, agent: Any, chromium: str | None, **kwargs: Any
+    tasks: list[Task], out: Path, agent: Any, browser: Any, **kwargs: Any
 ) -> tuple[IterationResult, RolloutCollector]:
     workers = kwargs.pop("num_workers", 3)
-    async with BrowserPool(workers, executable_path=chromium, viewport=VIEWPORT) as pool:
+    async with pool(browser, workers) as contexts:
         collector = RolloutCollector(
             agent,
             Evaluator(),
             TrajectoryStorage(out / "storage"),
-            pool=pool,
+            pool=contexts,
             num_workers=workers,
             max_steps_by_difficulty=TEST_MAX_STEPS,
             progress=False,
@@ -57,7 +57,7 @@ async def _collect(
 
 @pytest.fixture(scope="module")
 def rollout(
-    chromium: str | None, suite: LocalSuite, tmp_path_factory: pytest.TempPathFactory
+    browser: Any, suite: LocalSuite, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("rollout")
     by_id = {t.task_id: t for t in suite.tasks()}
@@ -67,9 +67,7 @@ def rollout(
     # Many wasted clicks (seeded): the same-screenshot steps the buffer must flag.
     policy = ScriptedPolicy(seed=3, mistake_rate=0.6, wrong_answer_rate=0.0)
     agent = WebAgent(policy, image_urls="file")
-    result, _ = run(
-        _collect(tasks, out, agent, chromium, blocklist=blocklist, task_history=history)
-    )
+    result, _ = run(_collect(tasks, out, agent, browser, blocklist=blocklist, task_history=history))
     return {
         "out": out,
         "tasks": tasks,
@@ -175,7 +173,7 @@ def _slow_tasks(suite: LocalSuite) -> list[Task]:
 
 
 def test_a_task_killed_by_its_timeout_is_recorded_as_failed(
-    chromium: str | None, suite: LocalSuite, tmp_path: Path
+    browser: Any, suite: LocalSuite, tmp_path: Path
 ) -> None:
     tasks = _slow_tasks(suite)[:2]
     replies = {t.task_id: [reply("scroll(down)")] for t in tasks}
@@ -192,9 +190,9 @@ def test_a_task_killed_by_its_timeout_is_recorded_as_failed(
             tasks,
             tmp_path,
             WebAgent(Stalls(replies), image_urls="file"),
-            chromium,
+            browser,
             num_workers=2,
-            task_timeout_s=5.0,
+            task_timeout_s=3.0,
             task_history=history,
         )
     )
@@ -210,7 +208,7 @@ def test_a_task_killed_by_its_timeout_is_recorded_as_failed(
 
 
 def test_grace_period_stops_the_slowest_task_and_keeps_it_as_failed(
-    chromium: str | None, suite: LocalSuite, tmp_path: Path
+    browser: Any, suite: LocalSuite, tmp_path: Path
 ) -> None:
     fast, fast2, slow = _slow_tasks(suite)
     replies = {
@@ -230,7 +228,7 @@ def test_grace_period_stops_the_slowest_task_and_keeps_it_as_failed(
             [fast, slow, fast2],
             tmp_path,
             WebAgent(Mixed(replies), image_urls="file"),
-            chromium,
+            browser,
             num_workers=3,
             completion_threshold=0.6,
             grace_period_s=0.5,
@@ -247,7 +245,7 @@ def test_grace_period_stops_the_slowest_task_and_keeps_it_as_failed(
 
 
 def test_navigation_errors_are_retried_counted_per_website_and_stored_as_dummies(
-    chromium: str | None, suite: LocalSuite, tmp_path: Path
+    browser: Any, suite: LocalSuite, tmp_path: Path
 ) -> None:
     good = _slow_tasks(suite)[0]
     dead = Task.from_dict({**good.to_dict(), "task_id": "dead-1", "website": "http://127.0.0.1:9/"})
@@ -257,7 +255,7 @@ def test_navigation_errors_are_retried_counted_per_website_and_stored_as_dummies
             [dead, good],
             tmp_path,
             WebAgent(ReplayPolicy(replies), image_urls="file"),
-            chromium,
+            browser,
             num_workers=2,
             navigation_retries=1,
         )
@@ -272,13 +270,13 @@ def test_navigation_errors_are_retried_counted_per_website_and_stored_as_dummies
 
 
 def test_an_unparseable_reply_is_a_recorded_no_op_step(
-    chromium: str | None, suite: LocalSuite, tmp_path: Path
+    browser: Any, suite: LocalSuite, tmp_path: Path
 ) -> None:
     task = _slow_tasks(suite)[0]
     replies = {task.task_id: ["I will just chat.", reply("dance()"), reply('answer("x")')]}
     result, _ = run(
         _collect(
-            [task], tmp_path, WebAgent(ReplayPolicy(replies), image_urls="file"), chromium,
+            [task], tmp_path, WebAgent(ReplayPolicy(replies), image_urls="file"), browser,
             num_workers=1,
         )
     )  # fmt: skip

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from replaystore.rollouts.browser import BrowserPool
 from replaystore.rollouts.collector import RolloutCollector
 from replaystore.rollouts.evaluator import Evaluator
 from replaystore.rollouts.policy import WebAgent
@@ -16,34 +16,35 @@ from replaystore.trajectories import TrajectoryBuffer
 from replaystore.trajectories.export import export_llamafactory, validate_record
 from replaystore.trajectories.storage import TrajectoryStorage
 
-from .conftest import TEST_MAX_STEPS, VIEWPORT, run
+from .conftest import TEST_MAX_STEPS, pool, run
 
 
-def test_rollouts_become_llamafactory_records(chromium: str | None, tmp_path: Path) -> None:
-    with LocalSuite() as suite:
-        by_id = {t.task_id: t for t in suite.tasks()}
-        tasks = [by_id[i] for i in ("news-001", "recipes-001", "shop-004", "library-002")]
-        # A policy that makes no mistakes: every trajectory is training data.
-        agent = WebAgent(
-            ScriptedPolicy(mistake_rate=0.0, wrong_answer_rate=0.0, improvement=1.0),
-            image_urls="file",
-        )
+def test_rollouts_become_llamafactory_records(
+    browser: Any, suite: LocalSuite, tmp_path: Path
+) -> None:
+    by_id = {t.task_id: t for t in suite.tasks()}
+    tasks = [by_id[i] for i in ("news-001", "recipes-001", "shop-004", "library-002")]
+    # A policy that makes no mistakes: every trajectory is training data.
+    agent = WebAgent(
+        ScriptedPolicy(mistake_rate=0.0, wrong_answer_rate=0.0, improvement=1.0),
+        image_urls="file",
+    )
 
-        async def go() -> None:
-            async with BrowserPool(2, executable_path=chromium, viewport=VIEWPORT) as pool:
-                collector = RolloutCollector(
-                    agent,
-                    Evaluator(),
-                    TrajectoryStorage(tmp_path / "storage"),
-                    pool=pool,
-                    num_workers=2,
-                    max_steps_by_difficulty=TEST_MAX_STEPS,
-                    progress=False,
-                )
-                result = await collector.run_iteration(tasks, 1)
-                assert result.success_rate == 1.0, result.status_counts()
+    async def go() -> None:
+        async with pool(browser, 2) as contexts:
+            collector = RolloutCollector(
+                agent,
+                Evaluator(),
+                TrajectoryStorage(tmp_path / "storage"),
+                pool=contexts,
+                num_workers=2,
+                max_steps_by_difficulty=TEST_MAX_STEPS,
+                progress=False,
+            )
+            result = await collector.run_iteration(tasks, 1)
+            assert result.success_rate == 1.0, result.status_counts()
 
-        run(go())
+    run(go())
 
     buffer = TrajectoryBuffer.from_storage(
         tmp_path / "storage", agent=agent, filter_successful_only=True, seed=0

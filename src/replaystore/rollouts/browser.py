@@ -130,6 +130,10 @@ class BrowserPool:
             Playwright's own browser). Ignored with ``cdp_urls``.
         cdp_urls: connect to these running browsers over CDP instead of launching
             (``http://host:9222`` or ``ws://...`` endpoints).
+        browser: a Playwright ``Browser`` that is already launched or connected
+            (in the running event loop): the pool takes its contexts from it
+            instead of launching one, and leaves it open on close (several pools
+            can share one browser: no launch per pool).
         headless: launch without a window.
         viewport: ``(width, height)`` CSS pixels of every page; screenshots have
             this size and action coordinates refer to it.
@@ -138,7 +142,8 @@ class BrowserPool:
         launch_timeout_s: limit for launching or connecting.
 
     Raises:
-        ValueError: ``size < 1``, ``max_uses < 1``, or a bad viewport.
+        ValueError: ``size < 1``, ``max_uses < 1``, a bad viewport, or both
+            ``cdp_urls`` and ``browser``.
 
     Use ``async with BrowserPool(...) as pool:`` then ``async with pool.context()
     as ctx:`` per task. :meth:`start` raises :class:`BrowserUnavailableError`
@@ -151,6 +156,7 @@ class BrowserPool:
         *,
         executable_path: str | os.PathLike[str] | None = None,
         cdp_urls: Sequence[str] | None = None,
+        browser: Any = None,
         headless: bool = True,
         viewport: tuple[int, int] = (1024, 768),
         args: Sequence[str] = (),
@@ -165,6 +171,11 @@ class BrowserPool:
             raise ValueError(f"viewport must be (width, height) ints in 64..8192, got {viewport!r}")
         if cdp_urls is not None and (isinstance(cdp_urls, str) or not list(cdp_urls)):
             raise ValueError("cdp_urls must be a non-empty list of CDP endpoint URLs")
+        if browser is not None and cdp_urls is not None:
+            raise ValueError("give cdp_urls or browser, not both")
+        if browser is not None and not callable(getattr(browser, "new_context", None)):
+            raise ValueError(f"browser must be a Playwright Browser, got {type(browser).__name__}")
+        self._shared_browser = browser
         self.size = size
         self.executable_path = None if executable_path is None else os.fspath(executable_path)
         self.cdp_urls = None if cdp_urls is None else [str(u) for u in cdp_urls]
@@ -200,8 +211,14 @@ class BrowserPool:
         """
         if self._started:
             return self
-        api = require_playwright()
         self._slots = asyncio.Semaphore(self.size)
+        if self._shared_browser is not None:
+            if not self._shared_browser.is_connected():
+                raise BrowserUnavailableError("the browser given to BrowserPool is not connected")
+            self._browsers.append(self._shared_browser)
+            self._started = True
+            return self
+        api = require_playwright()
         self._playwright = await api.async_playwright().start()
         try:
             if self.cdp_urls is not None:
@@ -243,7 +260,8 @@ class BrowserPool:
 
     async def close(self) -> None:
         """Close every context and the launched browser (CDP browsers are only
-        disconnected from: they belong to someone else). Idempotent."""
+        disconnected from, a ``browser`` given to the pool is left open: they
+        belong to someone else). Idempotent."""
         await self._shutdown()
 
     async def _shutdown(self) -> None:
@@ -252,6 +270,8 @@ class BrowserPool:
                 await slot.context.close()
         self._idle.clear()
         for browser in self._browsers:
+            if browser is self._shared_browser:
+                continue  # someone else's: left open
             with contextlib.suppress(Exception):
                 await browser.close()
         self._browsers.clear()

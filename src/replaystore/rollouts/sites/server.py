@@ -125,7 +125,11 @@ class LocalSuite:
             self._server = server
             self.port = int(server.server_address[1])
             self._thread = threading.Thread(
-                target=server.serve_forever, name="replaystore-suite", daemon=True
+                # A short poll interval: stop() returns in ~0.05 s instead of 0.5 s.
+                target=server.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name="replaystore-suite",
+                daemon=True,
             )
             self._thread.start()
             logger.info("local website suite on http://%s:%d (*.localhost)", self.host, self.port)
