@@ -114,7 +114,7 @@ def test_malformed_conditions_raise_query_error(make):
     "cond",
     [
         {"field": "exp_meta.task_id", "op": "similar", "value": "x"},
-        {"field": "task_id", "op": "eq", "value": "x"},
+        {"field": "task", "op": "eq", "value": "x"},  # neither a path nor a bare meta name
         {"and_": []},
         {"and_": [A], "or_": [B]},
         {"field": "exp_meta.task_id", "op": "eq"},

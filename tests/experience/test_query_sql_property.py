@@ -34,6 +34,12 @@ FIELDS = [
     "exp_meta.step",
     "exp_meta.execute_time",
     "exp_meta.pre_agent",
+    # bare metadata names, as AWorld's query examples write them
+    "task_id",
+    "agent_id",
+    "step",
+    "execute_time",
+    "pre_agent",
     "exp_data.reward_t",
     "exp_data.state",
     "exp_data.state.x",

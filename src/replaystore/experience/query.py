@@ -8,7 +8,11 @@ A condition is AWorld's dict form, so conditions built elsewhere work too:
 
 Fields are dotted paths: ``id``, ``exp_meta.<meta field>`` and
 ``exp_data.<payload field>[.<key>...]`` into the stored JSON (a segment of
-digits indexes a list: ``exp_data.actions.0.name``).
+digits indexes a list: ``exp_data.actions.0.name``). A bare metadata name
+(``task_id``, ``task_name``, ``agent_id``, ``step``, ``execute_time``,
+``pre_agent``), as AWorld's own query examples write it, means
+``exp_meta.<name>`` in every storage; the condition dict keeps the name as
+written.
 
 Semantics (the same in every storage; the evaluator and the SQL compiler are
 tested against each other):
@@ -42,6 +46,7 @@ __all__ = [
     "OPS",
     "Condition",
     "QueryBuilder",
+    "canonical_field",
     "compile_predicate",
     "compile_sql",
     "validate_condition",
@@ -222,6 +227,10 @@ def _parse_field(field: Any) -> tuple[str, tuple[str, ...]]:
     if any(not p for p in parts):
         raise QueryError(f"field {field!r} has an empty segment")
     root = parts[0]
+    if len(parts) == 1 and root in META_FIELDS:
+        # AWorld's own examples write bare names ("task_id"); its Redis and ODPS storages
+        # read a field's last segment, so "task_id" is "exp_meta.task_id" everywhere.
+        return "exp_meta", parts
     if root == "id":
         if len(parts) != 1:
             raise QueryError(f"field {field!r}: 'id' has no sub-fields")
@@ -240,8 +249,24 @@ def _parse_field(field: Any) -> tuple[str, tuple[str, ...]]:
                 f"field {field!r}: segments may not contain '\"', '\\' or control characters"
             )
     else:
-        raise QueryError(f"unknown field {field!r}: a field starts with exp_meta, exp_data or id")
+        raise QueryError(
+            f"unknown field {field!r}: a field starts with exp_meta, exp_data or id, "
+            f"or is a bare metadata name ({', '.join(META_FIELDS)})"
+        )
     return root, parts[1:]
+
+
+def canonical_field(field: str) -> str:
+    """``field`` in its full dotted form: a bare metadata name gets its ``exp_meta.`` prefix.
+
+    ``canonical_field("task_id")`` is ``"exp_meta.task_id"``; any other valid
+    field comes back unchanged. Storages use it to recognise indexed fields.
+
+    Raises:
+        QueryError: ``field`` names nothing a row has.
+    """
+    root, rest = _parse_field(field)
+    return ".".join((root, *rest))
 
 
 def _check_scalar(value: Any, op: str, field: str) -> None:

@@ -15,7 +15,12 @@ from itertools import chain
 from typing import Any
 
 from replaystore.errors import SchemaError
-from replaystore.experience.query import Condition, compile_predicate, validate_condition
+from replaystore.experience.query import (
+    Condition,
+    canonical_field,
+    compile_predicate,
+    validate_condition,
+)
 from replaystore.experience.rows import (
     PAYLOAD_FIELDS,
     DataRow,
@@ -200,7 +205,7 @@ class RowIndex:
                     merged.setdefault(tid, {}).update(dict.fromkeys(seqs))
             return merged, all(p[1] for p in plans)  # type: ignore[index]
         op = "in" if cond["op"] == "in_" else cond["op"]
-        field = cond["field"]
+        field = canonical_field(cond["field"])  # "task_id" -> "exp_meta.task_id"
         if op not in ("eq", "in") or not field.startswith("exp_meta."):
             return None
         name = field[len("exp_meta.") :]

@@ -45,7 +45,7 @@ import numpy as np
 
 from replaystore.errors import ConfigError, SchemaError, StorageError
 from replaystore.experience.decoding import FieldDecoders, as_decoders
-from replaystore.experience.query import Condition, compile_sql
+from replaystore.experience.query import Condition, canonical_field, compile_sql
 from replaystore.experience.rows import (
     META_FIELDS,
     DataRow,
@@ -178,7 +178,7 @@ def _task_filter(cond: Mapping[str, Any]) -> tuple[str, list[Any], bool] | None:
         params = [v for f in found_all for v in f[1]]
         return sql, params, all(f[2] for f in found_all)
     op = cond["op"]
-    field = cond["field"]
+    field = canonical_field(cond["field"])  # "task_id" -> "exp_meta.task_id"
     if op not in ("eq", "in", "in_") or not field.startswith("exp_meta."):
         return None
     name = field[len("exp_meta.") :]
