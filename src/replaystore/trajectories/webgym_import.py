@@ -29,6 +29,17 @@ file asks for:
 
 The modules and classes named in the file never need to be importable: a
 WebGym file loads on a machine without WebGym.
+
+Resource limits (:class:`ImportLimits`): a hostile file of a few KB can ask
+for gigabytes (a tensor whose storage is a highly compressed zip member, a
+stride-0 view of 10^8 elements over one stored number, ``bytearray(10**12)``).
+Every size is checked *before* anything is allocated: the uncompressed bytes of
+the pickle and the tensor storages read from the zip (against ``max_bytes``
+and against ``max_expansion`` times the file's size on disk), the elements of
+each tensor view (``max_elements``, counted over the whole file, since each
+element becomes a Python number) and ``bytearray`` sizes (``max_bytes``). A
+file over a limit raises :class:`~replaystore.errors.UnsafeFileError` naming
+the limit and how to raise it; nothing large has been allocated by then.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ import collections
 import datetime
 import io
 import logging
+import math
 import os
 import pickle
 import re
@@ -57,7 +69,9 @@ if TYPE_CHECKING:
     from replaystore.trajectories.storage import TrajectoryStorage
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "WEBGYM_COMPONENT_MODULE",
+    "ImportLimits",
     "ImportedFile",
     "SafeUnpickler",
     "import_webgym",
@@ -71,6 +85,98 @@ logger = logging.getLogger("replaystore.trajectories.webgym_import")
 
 #: The module WebGym's component classes live in (as recorded in its pickles).
 WEBGYM_COMPONENT_MODULE = "webgym.data.components"
+
+
+@dataclass(frozen=True, slots=True)
+class ImportLimits:
+    """What one WebGym ``.pt`` file may make the importer allocate (checked before allocating).
+
+    Attributes:
+        max_bytes: uncompressed bytes read out of the zip (``data.pkl`` plus every
+            tensor storage, each counted once) plus the bytes of every
+            ``bytearray(n)`` the pickle asks for. Default 1 GiB.
+        max_elements: tensor elements materialised as Python numbers, summed over
+            every tensor view in the file (a stride-0 view of 10^8 elements over
+            one stored value counts 10^8). Each costs ~32 bytes of Python
+            objects. Default 2**24 (16.7 million, ~0.5 GB).
+        max_expansion: uncompressed bytes read out of the zip may be at most this
+            many times the file's size on disk, plus 1 MiB (torch stores its zip
+            members uncompressed, so real files are ~1x; a zip bomb is not).
+            Default 16.
+
+    Raises:
+        ValueError: a limit that is not a positive number.
+    """
+
+    max_bytes: int = 1 << 30
+    max_elements: int = 1 << 24
+    max_expansion: float = 16.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_elements"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ImportLimits.{name} must be an integer >= 1, got {value!r}")
+        value = self.max_expansion
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 1:
+            raise ValueError(f"ImportLimits.max_expansion must be a number >= 1, got {value!r}")
+
+
+#: The limits used when none are given.
+DEFAULT_LIMITS = ImportLimits()
+_EXPANSION_SLACK = 1 << 20
+
+
+class _Budget:
+    """Running totals of one file's allocations against its :class:`ImportLimits`."""
+
+    def __init__(self, limits: ImportLimits, source: str, file_size: int) -> None:
+        self.limits = limits
+        self.source = source
+        self.read_cap = min(
+            limits.max_bytes, int(limits.max_expansion * file_size) + _EXPANSION_SLACK
+        )
+        self.bytes = 0
+        self.elements = 0
+
+    def _refuse(self, what: str, limit: str, value: int) -> UnsafeFileError:
+        return UnsafeFileError(
+            f"{self.source}: {what}, over the importer's {limit}={value:,} "
+            f"(pass limits=ImportLimits({limit}=...) to import_webgym / load_webgym_file "
+            "if the file is trusted and really that large)"
+        )
+
+    def take_bytes(self, n: int, what: str) -> None:
+        """Count ``n`` more bytes (refused before anything is allocated)."""
+        self.bytes += n
+        if self.bytes > self.limits.max_bytes:
+            raise self._refuse(
+                f"{what} brings the file's allocations to {self.bytes:,} bytes",
+                "max_bytes",
+                self.limits.max_bytes,
+            )
+
+    def take_read(self, n: int, what: str) -> None:
+        """Count ``n`` uncompressed bytes read from the zip (bytes and expansion limits)."""
+        if self.bytes + n > self.read_cap and self.read_cap < self.limits.max_bytes:
+            raise self._refuse(
+                f"{what} would bring the bytes unpacked from the zip to {self.bytes + n:,}, "
+                f"more than max_expansion x its {self.read_cap - _EXPANSION_SLACK:,}-byte "
+                "share of the file size + 1 MiB",
+                "max_expansion",
+                int(self.limits.max_expansion),
+            )
+        self.take_bytes(n, what)
+
+    def take_elements(self, n: int, what: str) -> None:
+        """Count ``n`` more tensor elements to materialise."""
+        self.elements += n
+        if self.elements > self.limits.max_elements:
+            raise self._refuse(
+                f"{what} brings the tensor elements to materialise to {self.elements:,}",
+                "max_elements",
+                self.limits.max_elements,
+            )
 
 # Constructor parameters of WebGym's component classes, in order: positional
 # arguments of a ``__reduce__`` are mapped onto these names.
@@ -175,6 +281,7 @@ def _numpy_scalar(dtype: Any, data: Any = None) -> int | float | complex | bool:
 class _StorageRef:
     dtype: torch.dtype
     data: bytes
+    budget: _Budget | None = None
 
 
 _STORAGE_DTYPES: dict[str, torch.dtype] = {
@@ -205,6 +312,13 @@ def _rebuild_tensor(
         raise UnsafeFileError("tensor rebuilt from something other than a stored buffer")
     if not (isinstance(offset, int) and isinstance(size, tuple) and isinstance(stride, tuple)):
         raise UnsafeFileError("tensor rebuilt with a malformed offset/size/stride")
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (*size, *stride)):
+        raise UnsafeFileError("tensor rebuilt with a non-integer size or stride")
+    if len(size) != len(stride) or len(size) > 64 or any(n < 0 for n in size):
+        raise UnsafeFileError(f"tensor rebuilt with size {size!r:.80} and stride {stride!r:.80}")
+    numel = math.prod(size)  # exact (Python ints): counted before anything is built
+    if storage.budget is not None:
+        storage.budget.take_elements(numel, f"a tensor of shape {tuple(size)!r:.80}")
     if storage.data:
         flat = torch.frombuffer(bytearray(storage.data), dtype=storage.dtype)
     else:
@@ -222,7 +336,7 @@ _ALLOWED: dict[tuple[str, str], Any] = {
     ("builtins", "object"): object,  # only as copyreg._reconstructor's base
     ("builtins", "set"): set,
     ("builtins", "frozenset"): frozenset,
-    ("builtins", "bytearray"): bytearray,
+    ("builtins", "bytearray"): "bytearray",  # replaced per unpickler (size-checked)
     ("builtins", "complex"): complex,
     ("collections", "OrderedDict"): collections.OrderedDict,
     ("copyreg", "_reconstructor"): _reconstructor,
@@ -262,10 +376,16 @@ class SafeUnpickler(pickle.Unpickler):
         *,
         source: str = "<pickle>",
         storages: Callable[[str], bytes] | None = None,
+        limits: ImportLimits | None = None,
+        file_size: int | None = None,
     ) -> None:
         super().__init__(file)
         self.source = source
         self._storages = storages
+        self._loaded: dict[str, bytes] = {}
+        if file_size is None:
+            file_size = limits.max_bytes if limits is not None else DEFAULT_LIMITS.max_bytes
+        self.budget = _Budget(limits or DEFAULT_LIMITS, source, file_size)
 
     def find_class(self, module: str, name: str) -> Any:
         key = (_MODULE_ALIASES.get(module, module), name)
@@ -274,7 +394,27 @@ class SafeUnpickler(pickle.Unpickler):
                 f"{self.source} references the global {module}.{name}, which replaystore "
                 "does not load (only WebGym components, plain containers and tensors are allowed)"
             )
+        if key == ("builtins", "bytearray"):
+            return self._bytearray
         return _ALLOWED[key]
+
+    def _bytearray(self, *args: Any) -> bytearray:
+        """``bytearray(...)`` with the size of ``bytearray(n)`` checked against ``max_bytes``."""
+        if len(args) > 2:
+            raise UnsafeFileError(f"{self.source}: bytearray called with {len(args)} arguments")
+        if args and isinstance(args[0], int) and not isinstance(args[0], bool):
+            if args[0] < 0:
+                raise UnsafeFileError(f"{self.source}: bytearray of negative size {args[0]}")
+            self.budget.take_bytes(args[0], f"bytearray({args[0]:,})")
+        elif args and not isinstance(args[0], str | bytes | bytearray | list | tuple):
+            # An iterator could be endless; what a pickle can hold is one of these.
+            raise UnsafeFileError(
+                f"{self.source}: bytearray built from a {type(args[0]).__name__}"
+            )
+        try:
+            return bytearray(*args)
+        except (TypeError, ValueError, LookupError) as exc:
+            raise UnsafeFileError(f"{self.source}: bad bytearray arguments ({exc})") from None
 
     def persistent_load(self, pid: Any) -> Any:
         if (
@@ -287,22 +427,33 @@ class SafeUnpickler(pickle.Unpickler):
             raise UnsafeFileError(f"{self.source} has an unsupported persistent id {pid!r:.80}")
         if self._storages is None:
             raise UnsafeFileError(f"{self.source} references tensor storage outside a torch zip")
-        return _StorageRef(_STORAGE_DTYPES[pid[1]], self._storages(pid[2]))
+        data = self._loaded.get(pid[2])
+        if data is None:
+            data = self._loaded[pid[2]] = self._storages(pid[2])
+        return _StorageRef(_STORAGE_DTYPES[pid[1]], data, self.budget)
 
 
-def load_webgym_payload(path: str | os.PathLike[str]) -> Any:
+def load_webgym_payload(
+    path: str | os.PathLike[str], *, limits: ImportLimits | None = None
+) -> Any:
     """The object a WebGym ``.pt`` file holds, with WebGym components mapped to ours.
 
     Usually ``{"trajectories": [...], "metadata": {...}}`` (or, for older files,
     the list of trajectories itself).
 
+    Args:
+        path: the ``.pt`` file.
+        limits: what the file may allocate (default :data:`DEFAULT_LIMITS`).
+
     Raises:
         StorageError: the file is missing, not a torch zip archive, or big-endian.
-        UnsafeFileError: the pickle references a global that is not allowed.
+        UnsafeFileError: the pickle references a global that is not allowed, or
+            the file asks for more than ``limits`` allow (the limit is named).
         SchemaError: a WebGym component has a field replaystore's component lacks.
     """
     file = Path(path)
     try:
+        file_size = file.stat().st_size
         archive = zipfile.ZipFile(file)
     except FileNotFoundError:
         raise StorageError(f"WebGym file not found: {file}") from None
@@ -321,15 +472,29 @@ def load_webgym_payload(path: str | os.PathLike[str]) -> Any:
             if order != "little":
                 raise StorageError(f"{file}: byte order {order!r} is not supported")
 
+        def read(member: str, budget: _Budget) -> bytes:
+            # The directory's size is checked first; the read itself is bounded
+            # too, since a crafted zip may understate it.
+            declared = archive.getinfo(member).file_size
+            budget.take_read(declared, f"zip member {member} ({declared:,} bytes unpacked)")
+            with archive.open(member) as handle:
+                data = handle.read(declared + 1)
+            if len(data) != declared:
+                raise StorageError(f"{file}: zip member {member} is not the size its entry says")
+            return data
+
+        budget = _Budget(limits or DEFAULT_LIMITS, str(file), file_size)
+
         def storage(key: str) -> bytes:
             member = f"{prefix}data/{key}"
             if member not in names:
                 raise StorageError(f"{file}: tensor storage {member} is missing")
-            return archive.read(member)
+            return read(member, budget)
 
         unpickler = SafeUnpickler(
-            io.BytesIO(archive.read(pickles[0])), source=str(file), storages=storage
+            io.BytesIO(read(pickles[0], budget)), source=str(file), storages=storage
         )
+        unpickler.budget = budget  # the pickle's own bytes are already counted
         try:
             raw = unpickler.load()
         except (UnsafeFileError, StorageError):
@@ -413,7 +578,9 @@ def _to_components(obj: Any, source: str) -> Any:
     return convert(obj)
 
 
-def load_webgym_file(path: str | os.PathLike[str]) -> list[list[dict[str, Any]]]:
+def load_webgym_file(
+    path: str | os.PathLike[str], *, limits: ImportLimits | None = None
+) -> list[list[dict[str, Any]]]:
     """The trajectories of a WebGym ``.pt`` file: lists of step mappings with our components.
 
     Each step is ``{"observation": Observation, "action": Action, "response":
@@ -422,31 +589,35 @@ def load_webgym_file(path: str | os.PathLike[str]) -> list[list[dict[str, Any]]]
     (WebGym's placeholders for failed rollouts) hold no data and are skipped
     with a log line; a ``None`` step inside a trajectory is an error.
 
-    Cost: reads and decodes the whole file; memory about that of the loaded steps.
+    Cost: reads and decodes the whole file; memory about that of the loaded steps,
+    bounded by ``limits`` (default :data:`DEFAULT_LIMITS`, see :class:`ImportLimits`).
 
     Raises:
         StorageError: see :func:`load_webgym_payload`; or the payload has no trajectories.
-        UnsafeFileError: the pickle references a global that is not allowed.
+        UnsafeFileError: the pickle references a global that is not allowed, or the
+            file asks for more than ``limits`` allow.
         SchemaError / TrajectoryError: a component or step does not fit replaystore's
             schema (file, trajectory and step named).
     """
-    return _load(path)[0]
+    return _load(path, limits)[0]
 
 
 def load_webgym_file_with_metadata(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str], *, limits: ImportLimits | None = None
 ) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
     """:func:`load_webgym_file` plus the file's ``metadata`` dict (``{}`` for the old list format).
 
     Raises:
         The same as :func:`load_webgym_file`.
     """
-    return _load(path)
+    return _load(path, limits)
 
 
-def _load(path: str | os.PathLike[str]) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
+def _load(
+    path: str | os.PathLike[str], limits: ImportLimits | None = None
+) -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
     """Trajectories and the file's ``metadata`` dict (empty for the old list format)."""
-    payload = load_webgym_payload(path)
+    payload = load_webgym_payload(path, limits=limits)
     metadata: dict[str, Any] = {}
     if isinstance(payload, Mapping):
         if "trajectories" not in payload:
@@ -521,6 +692,7 @@ def import_webgym(
     out_storage_or_dir: TrajectoryStorage | str | os.PathLike[str],
     *,
     progress: Callable[[int, int, ImportedFile], None] | None = None,
+    limits: ImportLimits | None = None,
 ) -> list[ImportedFile]:
     """Import WebGym ``.pt`` iteration files into replaystore's iteration storage.
 
@@ -534,7 +706,8 @@ def import_webgym(
     directory. The WebGym file's ``metadata`` is kept in the iteration file's
     header (``webgym_metadata``), with the source path (``imported_from``).
     ``progress(done, total, imported)``, when given, is called after each file
-    is written (e.g. to drive a progress bar).
+    is written (e.g. to drive a progress bar). ``limits`` bounds what each file
+    may allocate (default :data:`DEFAULT_LIMITS`; see :class:`ImportLimits`).
 
     Before anything is written, all target (iteration, rank) slots are checked
     to be distinct and free. Then each file is read, checked, and written
@@ -580,7 +753,7 @@ def import_webgym(
 
     done: list[ImportedFile] = []
     for path, iteration, rank in plan:
-        trajectories, metadata = _load(path)
+        trajectories, metadata = _load(path, limits)
         header = {"imported_from": str(path), "webgym_metadata": _jsonable(metadata)}
         written = storage.save_iteration(iteration, trajectories, rank=rank, metadata=header)
         steps = sum(len(t) for t in trajectories)
