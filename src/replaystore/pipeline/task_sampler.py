@@ -387,7 +387,8 @@ class TaskSampler:
     Raises:
         SchemaError: a bad task (file and line for files, list position otherwise),
             or two tasks with the same identity (``task_id``, else ``task_name`` +
-            ``website``): the history could not tell them apart.
+            ``website``): the history could not tell them apart; or a task file
+            that holds no task (empty, blank lines only, or a CSV header only).
         ValueError: bad ``level_weights``.
 
     Memory: the task list plus a few integer arrays of its length.
@@ -458,7 +459,13 @@ class TaskSampler:
         origins: list[str] = []
         for i, item in enumerate(tasks):
             if isinstance(item, str | os.PathLike):
-                for task, where in _load_located(item, ignore_unknown):
+                located = _load_located(item, ignore_unknown)
+                if not located:
+                    raise SchemaError(
+                        f"task file {item} holds no tasks (empty, or only blank lines / a "
+                        "header row): a sampler needs at least one task"
+                    )
+                for task, where in located:
                     loaded.append(task)
                     origins.append(where)
                 continue
