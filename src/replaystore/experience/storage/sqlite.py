@@ -129,6 +129,26 @@ _CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
 # Keeping a reference stops the garbage collector from closing them.
 _INHERITED: list[sqlite3.Connection] = []
 
+# SQLite's primary result codes for a damaged file: SQLITE_CORRUPT, SQLITE_NOTADB.
+_DAMAGED_CODES = (11, 26)
+
+
+def _is_damage(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` reports a damaged or foreign file (not a lock, constraint or SQL error)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _DAMAGED_CODES
+    text = str(exc)
+    return "malformed" in text or "not a database" in text
+
+
+def _damaged(path: Path, exc: sqlite3.Error) -> StorageError:
+    return StorageError(
+        f"SQLite store {path} is damaged ({exc}): check it with "
+        f"`sqlite3 {path} 'PRAGMA integrity_check'` (or SqliteStorage.integrity_check()); "
+        "restore it from a copy, or salvage its rows with the sqlite3 shell's .recover"
+    )
+
 
 def _create_file(path: Path) -> None:
     """Create ``path`` empty (a valid empty SQLite database) with ``open()``'s mode, if missing.
@@ -328,6 +348,8 @@ class SqliteStorage(Storage):
                 raise StorageError(f"cannot initialise SQLite store {self.path}: {exc}") from exc
             except sqlite3.DatabaseError as exc:
                 conn.close()
+                if _is_damage(exc):
+                    raise _damaged(self.path, exc) from exc
                 raise StorageError(f"{self.path} is not a usable SQLite store: {exc}") from exc
         if str(mode).lower() != "wal":
             log.warning("%s: journal_mode is %s, not WAL", self.path, mode)
@@ -343,26 +365,42 @@ class SqliteStorage(Storage):
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        """A read transaction: one consistent snapshot for several statements."""
+        """A read transaction: one consistent snapshot for several statements.
+
+        A damaged file (corrupt pages) raises StorageError naming it (see _damaged).
+        """
         with self._guard():
             conn = self._connect()
-            conn.execute("BEGIN")
             try:
-                yield conn
-            finally:
-                conn.execute("COMMIT")
+                conn.execute("BEGIN")
+                try:
+                    yield conn
+                finally:
+                    conn.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                if _is_damage(exc):
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise _damaged(self.path, exc) from exc
+                raise
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         with self._guard():
             conn = self._connect()
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                if _is_damage(exc):
+                    raise _damaged(self.path, exc) from exc
                 raise
-            conn.execute("COMMIT")
 
     # ------------------------------------------------------------------ writing
 
@@ -720,6 +758,16 @@ class SqliteStorage(Storage):
         return list(picked)
 
     def integrity_check(self) -> str:
-        """``PRAGMA integrity_check`` of the file: ``"ok"`` when it is sound."""
-        with self._read() as conn:
-            return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+        """``PRAGMA integrity_check`` of the file: ``"ok"`` when it is sound.
+
+        Otherwise SQLite's first finding, or the error that stopped the check on a
+        badly damaged file (this never raises for damage: it is the diagnosis).
+        """
+        with self._guard():
+            conn = self._connect()
+            try:
+                return str(conn.execute("PRAGMA integrity_check").fetchone()[0])
+            except sqlite3.DatabaseError as exc:
+                if not _is_damage(exc):
+                    raise
+                return f"damaged: {exc}"
