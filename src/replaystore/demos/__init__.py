@@ -6,8 +6,9 @@ returns the summary lines the CLI prints. ``replaystore demo`` runs them in
 this order, each in ``<out>/<part>/``:
 
 * ``transitions``: Double DQN with prioritized replay on CartPole-v1;
-* ``trajectories``: a simulated web-agent RL loop from task sampling to a
-  LLaMA-Factory dataset;
+* ``trajectories``: the web-agent RL loop in a real headless Chromium on the
+  local website suite, from task sampling to a LLaMA-Factory dataset (skipped,
+  with one line saying how to get a browser, when there is none);
 * ``experience``: several processes writing one SQLite experience store while
   it is sampled.
 """
