@@ -174,19 +174,31 @@ def test_sample_by_index_rejects_non_integer_indices(make_buffer) -> None:
         buf.sample_by_index([0.5, 1.0])
 
 
-def test_sample_by_index_fields_one_field_is_a_tensor(make_buffer) -> None:
+def test_sample_by_index_fields_as_tuple_one_field_is_a_tensor(make_buffer) -> None:
     buf = make_buffer(10)
     buf.add_batch(batch(range(10)))
-    obs = buf.sample_by_index_fields([0, 5], fields=["obs"])
+    obs = buf.sample_by_index_fields([0, 5], fields=["obs"], as_tuple=True)
     assert isinstance(obs, torch.Tensor)
     assert obs[:, 0].tolist() == [0.0, 5.0]
-    assert torch.equal(buf.sample_by_index_fields([0, 5], "action"), torch.tensor([0, 0]))
+    action = buf.sample_by_index_fields([0, 5], "action", as_tuple=True)
+    assert torch.equal(action, torch.tensor([0, 0]))
+
+
+def test_sample_by_index_fields_is_a_tensordict_of_those_fields(make_buffer) -> None:
+    buf = make_buffer(10)
+    buf.add_batch(batch(range(10)))
+    got = buf.sample_by_index_fields([1, 7], ["action", "obs"])
+    assert isinstance(got, TensorDict)
+    assert set(got.keys()) == {"action", "obs"}
+    assert got.batch_size == torch.Size([2]) and got.device == buf.device
+    assert got["obs"][:, 0].tolist() == [1.0, 7.0]
+    assert set(buf.sample_by_index_fields([0], "obs").keys()) == {"obs"}
 
 
 def test_sample_by_index_fields_several_fields_are_a_tuple_in_order(make_buffer) -> None:
     buf = make_buffer(10)
     buf.add_batch(batch(range(10)))
-    action, obs = buf.sample_by_index_fields([1, 7], fields=["action", "obs"])
+    action, obs = buf.sample_by_index_fields([1, 7], fields=["action", "obs"], as_tuple=True)
     assert action.tolist() == [1, 2]
     assert obs[:, 0].tolist() == [1.0, 7.0]
 
@@ -298,8 +310,8 @@ def test_seed_page_examples_run_as_written(make_buffer) -> None:
     buffer.add_batch(batch_experience)  # Batch of transitions
     assert buffer.sample_batch(64).batch_size == torch.Size([64])
     assert buffer.sample_by_index([0, 5, 9]).batch_size == torch.Size([3])
-    obs, act = buffer.sample_by_index_fields([0, 5], fields=["obs", "action"])
-    assert obs.shape == (2, 3) and act.shape == (2,)
+    obs_act = buffer.sample_by_index_fields([0, 5], fields=["obs", "action"])
+    assert obs_act["obs"].shape == (2, 3) and obs_act["action"].shape == (2,)
     assert buffer.sample_all().batch_size == torch.Size([21])
     assert len(buffer) == buffer.size == 21
 

@@ -50,7 +50,13 @@ from replaystore.errors import (
     PriorityError,
     SchemaError,
 )
-from replaystore.transitions.checkpoint import Snapshot, read_checkpoint, write_checkpoint
+from replaystore.transitions.checkpoint import (
+    ObjectRLMetadata,
+    Snapshot,
+    read_checkpoint,
+    read_objectrl_metadata,
+    write_checkpoint,
+)
 from replaystore.transitions.prioritized import PriorityIndex, as_index_array, check_stored
 from replaystore.transitions.schema import (
     FieldSpec,
@@ -151,6 +157,21 @@ def _normalise_batch(batch: Mapping[str, Any]) -> dict[str, Any]:
     return {
         k: v if isinstance(v, torch.Tensor | np.ndarray) else np.asarray(v) for k, v in exp.items()
     }
+
+
+class TransitionCount(int):
+    """An ``int`` that can also be called: ``buf.size`` and ``buf.size()`` both give the count.
+
+    ObjectRL's ``size`` is a property; code written against a ``size()`` method
+    (as in AWorld's and many other buffers) works too. It is a plain ``int`` in
+    every other respect (comparisons, arithmetic, JSON, ``isinstance(x, int)``).
+    """
+
+    __slots__ = ()
+
+    def __call__(self) -> int:
+        """The count as a plain ``int``."""
+        return int(self)
 
 
 class ReplayBuffer:
@@ -279,9 +300,13 @@ class ReplayBuffer:
         return self._size
 
     @property
-    def size(self) -> int:
-        """Number of stored transitions, at most :attr:`buffer_size`."""
-        return self._size
+    def size(self) -> TransitionCount:
+        """Number of stored transitions, at most :attr:`buffer_size`.
+
+        An ``int`` that is also callable, so ObjectRL's ``buf.size`` and the method
+        spelling ``buf.size()`` give the same number (see :class:`TransitionCount`).
+        """
+        return TransitionCount(self._size)
 
     def __len__(self) -> int:
         return self._size
@@ -772,32 +797,46 @@ class ReplayBuffer:
             return self._gather(self._checked_index(indices))
 
     def sample_by_index_fields(
-        self, indices: Indices, fields: Sequence[str] | str
-    ) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        self, indices: Indices, fields: Sequence[str] | str, *, as_tuple: bool = False
+    ) -> TensorDict | torch.Tensor | tuple[torch.Tensor, ...]:
         """Some fields of the transitions at ``indices``.
 
+        Args:
+            indices: storage positions, as for :meth:`sample_by_index`.
+            fields: a field name or a sequence of them.
+            as_tuple: return bare tensors instead of a TensorDict.
+
         Returns:
-            A tensor when ``fields`` names one field (a string or a one-element
-            list); a tuple of tensors in the order of ``fields`` otherwise. Each
-            has shape ``[len(indices), *item_shape]`` and lives on ``device``.
+            By default a TensorDict holding only ``fields``, batch size
+            ``[len(indices)]``, on ``device`` (what ObjectRL returns:
+            ``batch["obs"]``). With ``as_tuple=True``: a tensor when ``fields`` names
+            one field (a string or a one-element list), else a tuple of tensors in
+            the order of ``fields`` (``obs, act = ...``). Each tensor has shape
+            ``[len(indices), *item_shape]``.
 
         Raises:
-            SchemaError: a field is not a key of the buffer.
+            SchemaError: a field is not a key of the buffer, or ``fields`` is empty.
             EmptyBufferError, BufferIndexError: as :meth:`sample_by_index`.
         """
         names = [fields] if isinstance(fields, str) else list(fields)
         with self._lock:
             self._require_items()
             assert self._storage is not None and self._fields is not None
+            if not names:
+                raise SchemaError("fields is empty: name at least one field")
             for name in names:
-                if name not in self._fields:
+                if not isinstance(name, str) or name not in self._fields:
                     known = ", ".join(map(repr, self._fields))
                     raise SchemaError(f"unknown field {name!r}; the buffer stores {known}")
             idx = self._checked_index(indices)
-            out = tuple(
-                self._storage.columns[name].index_select(0, idx).to(self.device) for name in names
-            )
-        return out[0] if len(out) == 1 else out
+            out = {
+                name: self._storage.columns[name].index_select(0, idx).to(self.device)
+                for name in names
+            }
+        if not as_tuple:
+            return _tensordict(out, idx.shape[0], self.device)
+        tensors = tuple(out[name] for name in names)
+        return tensors[0] if len(tensors) == 1 else tensors
 
     def sample_all(self, *, chronological: bool = False) -> TensorDict:
         """Every stored transition: storage positions ``0..size-1`` (a copy).
@@ -1014,8 +1053,45 @@ class ReplayBuffer:
                 raise EmptyBufferError("nothing to save: the buffer has no schema yet")
             write_checkpoint(path, self._snapshot())
 
+    def _apply_objectrl_metadata(self, meta: ObjectRLMetadata, path: object) -> None:
+        """ObjectRL's ``load``: set ``data_size``/``pointer`` over the transitions held."""
+        if meta.buffer_size != self._capacity:
+            raise CheckpointError(
+                f"ObjectRL metadata {path} has buffer_size {meta.buffer_size} but this buffer "
+                f"has {self._capacity}; call reset(buffer_size={meta.buffer_size}) before load"
+            )
+        if meta.data_size < meta.buffer_size and meta.pointer != meta.data_size:
+            raise CheckpointError(
+                f"inconsistent ObjectRL metadata {path}: pointer {meta.pointer} with data_size "
+                f"{meta.data_size} < buffer_size (a buffer that never wrapped has pointer == "
+                "data_size)"
+            )
+        with self._lock:
+            if meta.data_size > self._size:
+                raise CheckpointError(
+                    f"{path}.metadata is ObjectRL's metadata-only checkpoint: it holds no "
+                    f"transitions, only data_size={meta.data_size}, and this buffer holds "
+                    f"{self._size}, so there is nothing to restore them from (ObjectRL's load "
+                    "relies on its storage still holding them; save with replaystore to "
+                    "checkpoint the contents)"
+                )
+            if self._storage is None:
+                return
+            self._size, self._ptr = meta.data_size, meta.pointer
+            self._iterator = None
+            if self._prio is not None:
+                self._prio.restore(self._prio.values(self._size), self._prio.max_priority)
+            if isinstance(self._storage, MemmapStorage):
+                self._storage.flush(self._memmap_state())
+
     def load(self, path: str | os.PathLike[str]) -> None:
         """Replace the buffer's contents and state with the checkpoint ``path``.
+
+        ObjectRL's own ``<path>.metadata`` (``torch.save`` of ``buffer_size``,
+        ``data_size`` and ``pointer``; read opcode by opcode, never unpickled) is
+        loaded as ObjectRL loads it: those counters are set over the transitions
+        this buffer already holds (``data_size`` may not exceed :attr:`size`); no
+        contents, priorities or RNG state are restored from it.
 
         Restores the items, schema, pointer, priorities, ``beta`` and both random
         generators, so the next samples equal those the saved buffer would have
@@ -1027,10 +1103,15 @@ class ReplayBuffer:
         The current epoch iterator is dropped.
 
         Raises:
-            CheckpointError: no checkpoint, an ObjectRL metadata-only file, a
-                corrupt part, a different ``buffer_size`` (``reset(buffer_size=N)``
-                first), or different ``alpha``/``eps`` for prioritized buffers.
+            CheckpointError: no checkpoint, a corrupt part, a different
+                ``buffer_size`` (``reset(buffer_size=N)`` first), different
+                ``alpha``/``eps`` for prioritized buffers, or ObjectRL metadata with
+                a ``data_size`` above what this buffer holds.
         """
+        objectrl = read_objectrl_metadata(path)
+        if objectrl is not None:
+            self._apply_objectrl_metadata(objectrl, path)
+            return
         snap = read_checkpoint(path)
         if snap.capacity != self._capacity:
             raise CheckpointError(

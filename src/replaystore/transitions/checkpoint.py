@@ -25,10 +25,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import pickletools
 import re
 import shutil
 import sys
 import uuid
+import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +43,14 @@ from replaystore.atomic import atomic_write_json, fsync_dir
 from replaystore.errors import CheckpointError
 from replaystore.transitions.schema import FieldSpec, dtype_from_name, dtype_name
 
-__all__ = ["CHECKPOINT_FORMAT", "Snapshot", "read_checkpoint", "write_checkpoint"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "ObjectRLMetadata",
+    "Snapshot",
+    "read_checkpoint",
+    "read_objectrl_metadata",
+    "write_checkpoint",
+]
 
 CHECKPOINT_FORMAT = "replaystore.transitions.checkpoint/1"
 _CHUNK = 1 << 24
@@ -180,6 +189,12 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Snapshot:
             missing, truncated, corrupt or malformed part.
     """
     prefix, meta_path = _paths(path)
+    if _is_zip(meta_path):
+        raise CheckpointError(
+            f"{meta_path} is ObjectRL's metadata-only checkpoint (torch.save of buffer_size, "
+            "data_size, pointer): it holds no transitions to restore (ReplayBuffer.load "
+            "applies it to the transitions the buffer holds, as ObjectRL's load does)"
+        )
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -192,7 +207,8 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Snapshot:
         if {"buffer_size", "data_size", "pointer"} <= meta.keys():
             raise CheckpointError(
                 f"{meta_path} is a metadata-only checkpoint (ObjectRL format): it holds no "
-                "transitions to restore"
+                "transitions to restore (ReplayBuffer.load applies it to the transitions "
+                "the buffer holds, as ObjectRL's load does)"
             )
         raise CheckpointError(f"{meta_path} is not a replaystore checkpoint ({CHECKPOINT_FORMAT})")
     try:
@@ -256,3 +272,149 @@ def _parse(prefix: Path, meta: dict[str, Any]) -> Snapshot:
         numpy_rng=dict(rng["numpy"]),
         torch_rng_device=str(rng.get("torch_device", "cpu")),
     )
+
+
+# ----------------------------------------------------------------------------- ObjectRL
+
+_OBJECTRL_KEYS = ("buffer_size", "data_size", "pointer")
+_PICKLE_INT_OPS = {"BININT", "BININT1", "BININT2", "INT", "LONG", "LONG1", "LONG4"}
+_PICKLE_STR_OPS = {"BINUNICODE", "SHORT_BINUNICODE", "UNICODE", "BINUNICODE8"}
+_PICKLE_MEMO_OPS = {"MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"}
+_OBJECTRL_MAX_BYTES = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRLMetadata:
+    """What ObjectRL's ``ReplayBuffer.save`` writes: three counters, no transitions.
+
+    Attributes:
+        buffer_size: the capacity of the buffer that saved it.
+        data_size: how many transitions it held (at most ``buffer_size``).
+        pointer: the storage position its next transition would have gone to.
+    """
+
+    buffer_size: int
+    data_size: int
+    pointer: int
+
+
+def _is_zip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
+
+
+def _objectrl_dict_from_pickle(raw: bytes, where: Path) -> dict[str, int]:
+    """The ``{str: int}`` dict a protocol-2+ pickle of one flat dict holds, read opcode by
+    opcode with :func:`pickletools.genops` (a parser: nothing is unpickled or executed).
+
+    Anything but a flat dict of string keys and integer values (a class, a global, a
+    tensor, a nested container) is refused.
+    """
+    stack: list[Any] = []
+    marks: list[int] = []
+    result: dict[str, int] | None = None
+    try:
+        for op, arg, _pos in pickletools.genops(raw):
+            name = op.name
+            if name in ("PROTO", "FRAME") or name in _PICKLE_MEMO_OPS:
+                continue
+            if name == "EMPTY_DICT":
+                if result is not None:
+                    raise CheckpointError(f"{where}: more than one dict in the pickle")
+                result = {}
+                stack.append(result)
+            elif name == "MARK":
+                marks.append(len(stack))
+            elif name in _PICKLE_STR_OPS:
+                stack.append(str(arg))
+            elif name in _PICKLE_INT_OPS:
+                if isinstance(arg, bool) or not isinstance(arg, int):
+                    raise CheckpointError(f"{where}: a value is not an integer ({arg!r})")
+                stack.append(arg)
+            elif name in ("SETITEM", "SETITEMS"):
+                start = len(stack) - 2 if name == "SETITEM" else marks.pop()
+                items = stack[start:]
+                del stack[start:]
+                if not stack or stack[-1] is not result or result is None:
+                    raise CheckpointError(f"{where}: items set on something not the dict")
+                for key, value in zip(items[::2], items[1::2], strict=True):
+                    if not isinstance(key, str) or not isinstance(value, int):
+                        raise CheckpointError(f"{where}: entry {key!r}: {value!r} is not str: int")
+                    result[key] = value
+            elif name == "STOP":
+                break
+            else:
+                raise CheckpointError(
+                    f"{where}: unexpected pickle opcode {name} (not ObjectRL's flat dict of ints)"
+                )
+    except CheckpointError:
+        raise
+    except (ValueError, IndexError) as exc:
+        raise CheckpointError(f"{where}: malformed pickle stream: {exc}") from exc
+    if result is None or len(stack) != 1:
+        raise CheckpointError(f"{where}: the pickle does not hold a single dict")
+    return result
+
+
+def read_objectrl_metadata(path: str | os.PathLike[str]) -> ObjectRLMetadata | None:
+    """Read ObjectRL's ``<path>.metadata`` (``torch.save`` of ``buffer_size``,
+    ``data_size``, ``pointer``) without unpickling; ``None`` when the file is not one.
+
+    ``torch.save`` writes a zip archive whose ``data.pkl`` is a pickle; this reads
+    that pickle's opcodes with :mod:`pickletools` (no object is built, no code
+    runs) and accepts only a flat dict of string keys and integer values. A JSON
+    ``.metadata`` with only ObjectRL's three keys is accepted too.
+
+    Returns:
+        The three counters, or ``None`` when ``<path>.metadata`` is missing or is a
+        replaystore checkpoint (or anything else that is not ObjectRL's format).
+
+    Raises:
+        CheckpointError: the file is a zip archive but not ObjectRL's metadata
+            (other content, a missing key, inconsistent counters).
+    """
+    _prefix, meta_path = _paths(path)
+    if _is_zip(meta_path):
+        try:
+            with zipfile.ZipFile(meta_path) as archive:
+                names = [
+                    n for n in archive.namelist() if n.endswith("/data.pkl") or n == "data.pkl"
+                ]
+                if len(names) != 1:
+                    raise CheckpointError(f"{meta_path} is a zip archive without a torch data.pkl")
+                info = archive.getinfo(names[0])
+                if info.file_size > _OBJECTRL_MAX_BYTES:
+                    raise CheckpointError(
+                        f"{meta_path}: data.pkl is too large for ObjectRL metadata"
+                    )
+                raw = archive.read(info)
+        except (OSError, zipfile.BadZipFile) as exc:
+            raise CheckpointError(f"cannot read {meta_path}: {exc}") from exc
+        values: dict[str, Any] = _objectrl_dict_from_pickle(raw, meta_path)
+    else:
+        try:
+            values = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(values, dict) or set(values) != set(_OBJECTRL_KEYS):
+            return None
+    missing = [k for k in _OBJECTRL_KEYS if k not in values]
+    if missing:
+        raise CheckpointError(f"{meta_path} lacks ObjectRL's key(s) {', '.join(missing)}")
+    counters = [values[k] for k in _OBJECTRL_KEYS]
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in counters):
+        raise CheckpointError(f"{meta_path}: buffer_size, data_size, pointer must be integers")
+    meta = ObjectRLMetadata(*counters)
+    if not (
+        meta.buffer_size > 0
+        and 0 <= meta.data_size <= meta.buffer_size
+        and 0 <= meta.pointer < meta.buffer_size
+    ):
+        raise CheckpointError(
+            f"inconsistent ObjectRL metadata {meta_path}: data_size {meta.data_size}, "
+            f"pointer {meta.pointer}, buffer_size {meta.buffer_size}"
+        )
+    return meta
