@@ -21,6 +21,25 @@ order: ``{"t": trajectory number in the file, "s": step number, "step":
 step_to_dict(step)}``. The index lets :meth:`ReplayBuffer.from_storage` open a
 million steps by reading headers only and seek straight to a step on access.
 
+Integrity (format version 2): the header
+index also holds the CRC32 of every step line (``line_crc32``). Each step line
+is verified when it is read (a sample, a history, :meth:`load_all`,
+:meth:`merge_ranks`), so a changed byte raises :class:`StorageError` naming the
+file, trajectory and step instead of loading altered data. At open (every header
+read, so :meth:`ReplayBuffer.from_storage` too) each file's size must equal
+its header's byte count and its last line must be the last step the header
+announces (and match its checksum): a truncated or extended file is refused at
+open, for the cost of one ``stat`` and one line read per file, not a hash of
+the data. Version 1 files (no checksums) still load; their size and last line
+are still checked at open, their lines are not checksummed.
+
+Leftovers: a writer killed between creating its temporary file and renaming it
+leaves ``.iteration_<N>[.rank<R>].jsonl.<random>.tmp``. Opening a storage
+removes such files of ours (only that exact pattern) once they are older than
+``stale_temp_age_s`` (default one hour): a live writer keeps its temporary file
+fresh while it writes and renames it within moments of finishing, so an old one
+belongs to no one. Nothing else in the directory is touched.
+
 On save: page metadata is stripped to ``title`` and ``url`` (unless
 ``keep_page_metadata``); each trajectory's first step gets
 ``trajectory_metadata["keypoint_step_ids"]`` (the steps whose reward has
@@ -38,6 +57,8 @@ import math
 import operator
 import os
 import re
+import time
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,8 +86,16 @@ __all__ = ["IterationFile", "TrajectoryStorage"]
 logger = logging.getLogger("replaystore.trajectories.storage")
 
 FORMAT = "replaystore.trajectories"
-VERSION = 1
+#: Written format version: 2 adds ``index.line_crc32`` (CRC32 of each step line).
+VERSION = 2
+#: Versions read: 1 (no checksums) and 2.
+READABLE_VERSIONS = (1, 2)
+#: Default age (seconds) after which our own temporary files count as abandoned.
+STALE_TEMP_AGE_S = 3600.0
 _FILE_RE = re.compile(r"^iteration_(\d{6,})(?:\.rank(\d{3,}))?\.jsonl$")
+# atomic_open's temporary names for our iteration files: .<name>.<mkstemp random>.tmp
+_TEMP_RE = re.compile(r"^\.iteration_\d{6,}(?:\.rank\d{3,})?\.jsonl\.[A-Za-z0-9_]+\.tmp$")
+_NO_CRC = -1
 _LISTING_RETRIES = 5
 
 
@@ -106,6 +135,8 @@ class _Header:
     dummy: NDArray[np.bool_]
     same: NDArray[np.bool_]
     line_lengths: NDArray[np.int64]
+    #: CRC32 of each step line (int64), or ``_NO_CRC`` for a version 1 file.
+    line_crc: NDArray[np.int64]
 
     @property
     def num_steps(self) -> int:
@@ -121,6 +152,12 @@ class TrajectoryStorage:
             ``title`` and ``url``, as WebGym does, which saves ~10 KB per step).
         fingerprinter: screenshot fingerprint cache for computing missing
             same-as-next flags (default: process-wide).
+        stale_temp_age_s: on construction, our own abandoned temporary files
+            (``.iteration_*.jsonl.*.tmp``, left by a killed writer) older than
+            this many seconds are removed (``None``: leave them). See the module doc.
+
+    Raises:
+        ValueError: a negative ``stale_temp_age_s``.
 
     Thread/process safety: any number of readers may run while writers write;
     each file appears complete or not at all. Saving an (iteration, rank) that
@@ -134,10 +171,53 @@ class TrajectoryStorage:
         *,
         keep_page_metadata: bool = False,
         fingerprinter: ScreenshotFingerprinter | None = None,
+        stale_temp_age_s: float | None = STALE_TEMP_AGE_S,
     ) -> None:
         self.root = Path(root)
         self.keep_page_metadata = bool(keep_page_metadata)
         self._fingerprinter = fingerprinter
+        if stale_temp_age_s is not None:
+            if not isinstance(stale_temp_age_s, int | float) or not stale_temp_age_s >= 0:
+                raise ValueError(
+                    f"stale_temp_age_s must be None or a number >= 0, got {stale_temp_age_s!r}"
+                )
+            self.remove_stale_temporaries(stale_temp_age_s)
+
+    def remove_stale_temporaries(self, older_than_s: float = STALE_TEMP_AGE_S) -> list[Path]:
+        """Remove our abandoned temporary files older than ``older_than_s`` seconds.
+
+        Only names of the exact form ``.iteration_<N>[.rank<R>].jsonl.<random>.tmp``
+        (what a killed :meth:`save_iteration` or :meth:`merge_ranks` leaves) are
+        considered; age is the time since the file was last written. A writer
+        still running in another process keeps its file younger than that.
+
+        Returns:
+            The removed paths.
+
+        Cost: one directory scan and one ``stat`` per matching name.
+        """
+        removed: list[Path] = []
+        if not self.root.is_dir():
+            return removed
+        cutoff = time.time() - float(older_than_s)
+        for entry in os.scandir(self.root):
+            if not _TEMP_RE.match(entry.name):
+                continue
+            try:
+                if not entry.is_file(follow_symlinks=False) or entry.stat().st_mtime > cutoff:
+                    continue
+                os.unlink(entry.path)
+            except FileNotFoundError:  # its writer finished (renamed it) or another opener won
+                continue
+            removed.append(Path(entry.path))
+        if removed:
+            logger.warning(
+                "removed %d abandoned temporary files (killed writers) under %s: %s",
+                len(removed),
+                self.root,
+                ", ".join(p.name for p in removed[:5]),
+            )
+        return removed
 
     def __repr__(self) -> str:
         return f"TrajectoryStorage({str(self.root)!r})"
@@ -368,6 +448,11 @@ class TrajectoryStorage:
             count=int(lengths.sum()),
         )
         same = np.concatenate([e.same for e in trajectories]) if trajectories else np.zeros(0, bool)
+        crcs = np.fromiter(
+            (zlib.crc32(line) for e in trajectories for line in e.lines),
+            dtype=np.uint32,
+            count=int(line_lengths.size),
+        )
         header = {
             "format": FORMAT,
             "version": VERSION,
@@ -382,6 +467,7 @@ class TrajectoryStorage:
                 "dummy": _encode(np.array([e.dummy for e in trajectories], bool), "u1"),
                 "same": _encode(same, "u1"),
                 "line_lengths": _encode(line_lengths, "<i8"),
+                "line_crc32": _encode(crcs, "<u4"),
             },
         }
         try:
@@ -408,10 +494,11 @@ class TrajectoryStorage:
             raise StorageError(f"{where} is not a replaystore iteration file") from None
         if not isinstance(header, dict) or header.get("format") != FORMAT:
             raise StorageError(f"{where} is not a replaystore iteration file")
-        if header.get("version") != VERSION:
+        version = header.get("version")
+        if version not in READABLE_VERSIONS:
             raise StorageError(
-                f"{where} has format version {header.get('version')!r}; this replaystore "
-                f"reads version {VERSION}"
+                f"{where} has format version {version!r}; this replaystore "
+                f"reads versions {', '.join(map(str, READABLE_VERSIONS))}"
             )
         try:
             index = header["index"]
@@ -422,10 +509,20 @@ class TrajectoryStorage:
             dummy = _decode(index["dummy"], "u1", n_traj, where).astype(bool)
             same = _decode(index["same"], "u1", n_steps, where).astype(bool)
             line_lengths = _decode(index["line_lengths"], "<i8", n_steps, where)
+            if version >= 2:
+                line_crc = _decode(index["line_crc32"], "<u4", n_steps, where).astype(np.int64)
+            else:
+                line_crc = np.full(n_steps, _NO_CRC, dtype=np.int64)
         except (KeyError, TypeError, ValueError) as exc:
             raise StorageError(f"{where}: malformed header ({exc!r})") from None
-        if len(rewards) != n_traj or int(lengths.sum()) != n_steps:
+        if (
+            len(rewards) != n_traj
+            or int(lengths.sum()) != n_steps
+            or (n_traj and int(lengths.min()) < 1)
+            or (n_steps and int(line_lengths.min()) < 1)
+        ):
             raise StorageError(f"{where}: header counts do not match its index")
+        self._check_body(file, len(first), lengths, line_lengths, line_crc)
         return _Header(
             file=file,
             body_start=len(first),
@@ -435,9 +532,57 @@ class TrajectoryStorage:
             dummy=dummy,
             same=same,
             line_lengths=line_lengths,
+            line_crc=line_crc,
         )
 
-    def _decode_line(self, line: bytes, where: str) -> tuple[int, int, dict[str, Any]]:
+    @staticmethod
+    def _check_body(
+        file: IterationFile,
+        body_start: int,
+        lengths: NDArray[np.int32],
+        line_lengths: NDArray[np.int64],
+        line_crc: NDArray[np.int64],
+    ) -> None:
+        """Size and last line of the file against its header (one stat, one line read)."""
+        where = str(file.path)
+        expected = body_start + int(line_lengths.sum())
+        with open(file.path, "rb") as handle:
+            actual = os.fstat(handle.fileno()).st_size
+            if actual != expected:
+                state = "truncated" if actual < expected else "longer than its header says"
+                raise StorageError(
+                    f"{where} is {state}: its header announces {line_lengths.size} steps in "
+                    f"{expected} bytes, the file has {actual} bytes (damaged or cut short; "
+                    "restore it from a copy or remove it)"
+                )
+            if line_lengths.size == 0:
+                return
+            handle.seek(expected - int(line_lengths[-1]))
+            last = handle.read(int(line_lengths[-1]))
+        n = int(line_lengths.size)
+        if line_crc[-1] != _NO_CRC and zlib.crc32(last) != int(line_crc[-1]):
+            raise StorageError(f"{where}: last step line (line {n + 1}) fails its CRC32 check")
+        try:
+            record = json.loads(last)
+            t, s = int(record["t"]), int(record["s"])
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError):
+            raise StorageError(
+                f"{where}: last step line (line {n + 1}) is not a complete step"
+            ) from None
+        if not last.endswith(b"\n") or (t, s) != (int(lengths.size) - 1, int(lengths[-1]) - 1):
+            raise StorageError(
+                f"{where}: last step line (line {n + 1}) is trajectory {t} step {s}, but the "
+                f"header ends with trajectory {int(lengths.size) - 1} step {int(lengths[-1]) - 1}"
+            )
+
+    def _decode_line(
+        self, line: bytes, where: str, crc: int = _NO_CRC
+    ) -> tuple[int, int, dict[str, Any]]:
+        if crc != _NO_CRC and zlib.crc32(line) != crc:
+            raise StorageError(
+                f"{where}: step line fails its CRC32 check (the file was changed or damaged "
+                "after it was written)"
+            )
         try:
             record = json.loads(line)
             t, s, data = int(record["t"]), int(record["s"]), record["step"]
@@ -455,7 +600,13 @@ class TrajectoryStorage:
         with open(file.path, "rb") as handle:
             handle.seek(header.body_start)
             for line in handle:
-                t, _, step = self._decode_line(line, f"{file.path} line {count + 2}")
+                if count >= header.num_steps:
+                    raise StorageError(
+                        f"{file.path} holds more steps than its header says ({header.num_steps})"
+                    )
+                t, _, step = self._decode_line(
+                    line, f"{file.path} line {count + 2}", int(header.line_crc[count])
+                )
                 if not 0 <= t < len(trajectories):
                     raise StorageError(f"{file.path} line {count + 2}: trajectory {t} unknown")
                 trajectories[t].append(step)
@@ -587,6 +738,13 @@ class TrajectoryStorage:
                 raise StorageError(
                     f"{f.path} holds {len(raw_lines)} steps but its header says {header.num_steps}"
                 )
+            for i, raw in enumerate(raw_lines):
+                crc = int(header.line_crc[i])
+                if crc != _NO_CRC and zlib.crc32(raw + b"\n") != crc:
+                    raise StorageError(
+                        f"{f.path} line {i + 2}: step line fails its CRC32 check (damaged "
+                        "after it was written); nothing was merged"
+                    )
             offset = len(encoded)
             start = 0
             for t, length in enumerate(header.lengths.tolist()):
@@ -712,7 +870,7 @@ class TrajectoryStorage:
         if not headers:
             raise StorageError(f"no iteration files under {self.root}")
         traj_parts, step_parts, reward_parts, same_parts = [], [], [], []
-        file_parts, offset_parts, traj_rewards = [], [], []
+        file_parts, offset_parts, traj_rewards, crc_parts = [], [], [], []
         traj_file: list[NDArray[np.int32]] = []
         traj_local: list[NDArray[np.int32]] = []
         dummies = 0
@@ -742,6 +900,7 @@ class TrajectoryStorage:
             same_parts.append(same[step_keep])
             file_parts.append(np.full(int(step_keep.sum()), file_id, dtype=np.int32))
             offset_parts.append(offsets[step_keep])
+            crc_parts.append(h.line_crc[step_keep])
             traj_rewards.append(rewards[keep])
             traj_file.append(np.full(n_traj, file_id, dtype=np.int32))
             traj_local.append(np.arange(n_traj, dtype=np.int32))
@@ -753,6 +912,7 @@ class TrajectoryStorage:
             np.concatenate(offset_parts).astype(np.int64),
             np.concatenate(traj_file),
             np.concatenate(traj_local),
+            np.concatenate(crc_parts).astype(np.int64),
         )
         return StepIndex(
             traj=np.concatenate(traj_parts).astype(np.int64),
@@ -804,7 +964,7 @@ def _stored_reward(value: Any, where: str, last: int) -> float:
 class _FileSource:
     """Reads one step (or a step's history) from its iteration file on access."""
 
-    __slots__ = ("file_of_step", "files", "offsets", "storage", "traj_file", "traj_local")
+    __slots__ = ("crcs", "file_of_step", "files", "offsets", "storage", "traj_file", "traj_local")
 
     def __init__(
         self,
@@ -814,8 +974,10 @@ class _FileSource:
         offsets: NDArray[np.int64],
         traj_file: NDArray[np.int32],
         traj_local: NDArray[np.int32],
+        crcs: NDArray[np.int64],
     ) -> None:
         self.storage = storage
+        self.crcs = crcs  # CRC32 per indexed step line; _NO_CRC for version 1 files
         self.files = files
         self.file_of_step = file_of_step
         self.offsets = offsets
@@ -844,7 +1006,7 @@ class _FileSource:
         out = []
         for i, line in enumerate(lines):
             where = self.describe(traj, step - count + 1 + i)
-            t, s, mapping = self.storage._decode_line(line, where)
+            t, s, mapping = self.storage._decode_line(line, where, int(self.crcs[pos + i]))
             if t != int(self.traj_local[traj]) or s != step - count + 1 + i:
                 raise StorageError(f"{where}: the file changed after the buffer was opened")
             out.append(mapping)
