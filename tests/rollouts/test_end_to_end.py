@@ -23,7 +23,7 @@ def test_rollouts_become_llamafactory_records(
     browser: Any, suite: LocalSuite, tmp_path: Path
 ) -> None:
     by_id = {t.task_id: t for t in suite.tasks()}
-    tasks = [by_id[i] for i in ("news-001", "recipes-001", "shop-004", "library-002")]
+    tasks = [by_id[i] for i in ("news-001", "recipes-001", "library-002")]
     # A policy that makes no mistakes: every trajectory is training data.
     agent = WebAgent(
         ScriptedPolicy(mistake_rate=0.0, wrong_answer_rate=0.0, improvement=1.0),

@@ -219,7 +219,13 @@ async def _iteration(
     eligible = int((~sampler.blocked_mask()).sum())
     n = eligible if cfg.tasks_per_iteration is None else min(cfg.tasks_per_iteration, eligible)
     shares = [
-        sampler.sample_train(n, rank=rank, world_size=cfg.world_size, seed=[cfg.seed, iteration])
+        # Every rank draws the same sample (same seed) and keeps its own disjoint share.
+        sampler.sample_train(
+            n,
+            rank=rank,
+            world_size=cfg.world_size,
+            seed=np.random.default_rng([cfg.seed, iteration]),
+        )
         for rank in range(cfg.world_size)
     ]
     started = time.perf_counter()

@@ -840,7 +840,7 @@ class _Progress:
         self.running = self.failed = 0
         self._t0 = time.perf_counter()
         if show and total:
-            from tqdm.auto import tqdm
+            from tqdm.auto import tqdm  # type: ignore[import-untyped]
 
             self._bar = tqdm(total=total, unit="task", desc="rollouts", leave=True)
 
@@ -858,7 +858,7 @@ class _Progress:
     def _refresh(self, steps: int | None) -> None:
         if self._bar is None:
             return
-        postfix = {"running": self.running, "failed": self.failed}
+        postfix: dict[str, int | str] = {"running": self.running, "failed": self.failed}
         if steps is not None:
             postfix["steps/s"] = f"{steps / max(1e-9, time.perf_counter() - self._t0):.2f}"
         self._bar.set_postfix(postfix, refresh=False)
