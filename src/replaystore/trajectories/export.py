@@ -46,6 +46,13 @@ image. Failing samples are never dropped silently: with ``on_error="raise"``
 (index and reason) and nothing is left behind (images decoded on the way are
 removed again); with ``on_error="skip"`` they are
 left out, logged, and listed in :attr:`ExportReport.rejected`.
+
+Confinement: a trajectory file names its screenshots by path, and a hostile or
+damaged file can name any file on the machine (``/etc/passwd``, ``~/.ssh/...``);
+with ``copy_images=True`` such a file would be copied into the dataset. Pass
+``image_root=`` (typically the storage directory) and every file image must
+resolve, after following symbolic links and ``..``, to a path inside it; any
+other is refused with the path and the root named (a failing sample, as above).
 """
 
 from __future__ import annotations
@@ -165,6 +172,7 @@ class _ImageSink:
 
     out_dir: Path
     copy_images: bool
+    image_root: Path | None = None  # realpath; file images must lie inside it
     written: list[Path] = field(default_factory=list)
     created_dirs: list[Path] = field(default_factory=list)
     resolved: dict[str, str] = field(default_factory=dict)
@@ -189,6 +197,14 @@ class _ImageSink:
             path = Path(url)
         else:
             raise _RecordError(f"image URL {url[:60]!r} is not a file:// or data: URL")
+        if self.image_root is not None:
+            real = Path(os.path.realpath(path))
+            if not real.is_relative_to(self.image_root):
+                shown = str(path) if str(real) == str(path) else f"{path} (resolves to {real})"
+                raise _RecordError(
+                    f"image {shown} is outside the image root {self.image_root}: refused "
+                    "(a trajectory file may name any file on this machine)"
+                )
         try:
             if not self.copy_images:
                 image_mime_type(path)
@@ -459,6 +475,7 @@ def export_llamafactory(
     file_format: Literal["json", "jsonl"] = "json",
     copy_images: bool = False,
     on_error: Literal["raise", "skip"] = "raise",
+    image_root: str | os.PathLike[str] | None = None,
 ) -> ExportReport:
     """Write ``samples`` as a LLaMA-Factory dataset in ``out_dir`` (layout in the module doc).
 
@@ -482,6 +499,11 @@ def export_llamafactory(
             data URLs always go to ``out_dir/images``.
         on_error: ``"raise"``: any bad sample raises and nothing is written;
             ``"skip"``: bad samples are left out and listed in the report.
+        image_root: when given, an existing directory every file image must lie
+            in (symbolic links and ``..`` resolved first); an image elsewhere
+            fails its sample ("outside the image root"). Use the storage
+            directory for trajectories from files you did not write. ``None``
+            (default): any readable image file is accepted.
 
     Every file is written atomically; ``dataset_info.json`` last, so a dataset
     is never registered before its files are complete. Cost: O(total message
@@ -491,7 +513,7 @@ def export_llamafactory(
         ExportError: bad samples with ``on_error="raise"`` (each listed with its
             index and reason), no exportable sample, or an unreadable existing
             ``dataset_info.json``.
-        ValueError: an invalid argument.
+        ValueError: an invalid argument (``image_root`` not a directory included).
     """
     _check_format(format)
     if file_format not in ("json", "jsonl"):
@@ -502,11 +524,16 @@ def export_llamafactory(
         raise ValueError(f"val_ratio must be in [0, 1), got {val_ratio!r}")
     if not dataset_name or any(c in dataset_name for c in "/\\\0"):
         raise ValueError(f"dataset_name must be a non-empty file name stem, got {dataset_name!r}")
+    confined: Path | None = None
+    if image_root is not None:
+        confined = Path(os.path.realpath(image_root))
+        if not confined.is_dir():
+            raise ValueError(f"image_root must be an existing directory, got {image_root!r}")
     root = Path(out_dir).absolute()
     info_path = root / "dataset_info.json"
     info = _read_dataset_info(info_path)
 
-    sink = _ImageSink(root, copy_images)
+    sink = _ImageSink(root, copy_images, confined)
     try:
         records, rejected = _convert_all(samples, format, sink)
         if rejected and on_error == "raise":
@@ -592,7 +619,8 @@ def export_buffer(
 
     Calls ``buffer.get_training_samples(num_samples, recency_bias_power, seed)``
     (training-eligible samples: successful trajectories, changed screenshots)
-    and passes ``seed`` and ``kwargs`` on to :func:`export_llamafactory`.
+    and passes ``seed`` and ``kwargs`` on to :func:`export_llamafactory`
+    (e.g. ``image_root=`` the storage directory, to refuse images outside it).
     """
     samples = buffer.get_training_samples(
         num_samples=num_samples, recency_bias_power=recency_bias_power, seed=seed
