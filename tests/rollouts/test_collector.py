@@ -136,6 +136,26 @@ def test_a_click_that_changes_nothing_is_a_same_screenshot_step(rollout: dict[st
     assert no_ops >= 2, no_ops
 
 
+def test_the_collector_flags_same_screenshots_while_it_rolls_out(
+    rollout: dict[str, Any],
+) -> None:
+    """Flags come from the pixels as each screenshot is written (the storage has none
+    left to compute: saving an iteration decodes no PNG)."""
+    result: IterationResult = rollout["result"]
+    stored = {t[0]["observation"].task.task_id: t for t in rollout["storage"].load_all()}
+    for outcome in result.outcomes:
+        steps = outcome.trajectory
+        for step, after in itertools.pairwise(steps):
+            if not after["observation"].image_path:
+                continue
+            same = fingerprint_image(step["observation"].image_path) == fingerprint_image(
+                after["observation"].image_path
+            )
+            assert step["same_as_next_screenshot"] is same  # set in memory, before storage
+        flags = [s.get("same_as_next_screenshot") for s in stored[outcome.task.task_id]]
+        assert flags[:-1] == [s["same_as_next_screenshot"] for s in steps[:-1]]
+
+
 def test_anti_bot_site_is_blocked_and_left_out_of_the_next_sample(
     rollout: dict[str, Any],
 ) -> None:
