@@ -120,3 +120,38 @@ def test_two_samplers_and_a_writer_each_finish_their_work(storage_kind: str) -> 
     assert counts == [150, 150]
     assert len(buf) == CAPACITY
     buf.close()
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+def test_cpu_sample_batch_makes_no_torch_call_that_releases_the_gil(
+    storage_kind: str, sampler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On CPU storage sample_batch draws and gathers with NumPy: torch.randint and
+    index_select (each gives up the GIL, which a busy writer thread then keeps)
+    are never called, and the rows are still whole transitions."""
+    buf = ReplayBuffer("cpu", "cpu", CAPACITY, storage=storage_kind, sampler=sampler, seed=0)
+    buf.add_batch(_rows(0, CAPACITY))
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("sample_batch called a torch op that releases the GIL")
+
+    monkeypatch.setattr(torch, "randint", forbidden)
+    monkeypatch.setattr(torch.Tensor, "index_select", forbidden)
+    out = buf.sample_batch(64)
+    assert out.batch_size == torch.Size([64])
+    expected = (out["action"].to(torch.float64)[:, None] * CONST).to(torch.float32)
+    assert torch.equal(out["obs"], expected.expand(-1, 64))
+    if sampler == "prioritized":
+        assert torch.equal(out["action"], out["index"])  # row i holds id i
+    buf.close()
+
+
+def test_columns_without_a_numpy_view_are_sampled_with_torch() -> None:
+    """bfloat16 has no NumPy dtype: such a buffer samples through index_select."""
+    buf = ReplayBuffer("cpu", "cpu", 8, storage="memory", seed=0)
+    ids = torch.arange(8)
+    buf.add_batch({"x": ids.to(torch.bfloat16), "action": ids})
+    out = buf.sample_batch(16)
+    assert out["x"].dtype == torch.bfloat16
+    assert torch.equal(out["x"].to(torch.int64), out["action"])
+    buf.close()

@@ -2,8 +2,11 @@
 
 A ring of ``buffer_size`` transitions stored column by column (one preallocated
 tensor per key) in RAM, in memory-mapped files or on a CUDA device. Sampling is
-uniform (one ``torch.randint`` and one ``index_select`` per column) or
-proportional to priorities (:mod:`replaystore.transitions.prioritized`).
+uniform or proportional to priorities (:mod:`replaystore.transitions.prioritized`).
+On CPU storage whose columns all have NumPy views, the draw and the gathers are
+NumPy calls (``Generator.integers``, one ``take`` per column, wrapped with
+``torch.from_numpy``); otherwise one ``torch.randint`` and one ``index_select``
+per column.
 
 Adds on CPU storage go through a compiled check-and-copy
 (``replaystore._ringcopy``, built at install time when a C compiler is
@@ -25,6 +28,12 @@ waits for the other thread to be scheduled (a lock convoy). What a writer
 running Python in a tight loop still takes from a sampler thread is interpreter
 time: both need the GIL, and a thread that gives it up (a torch call, or being
 preempted on a busy machine) may wait a switch interval (5 ms) to get it back.
+That is why CPU sampling gathers with NumPy: every torch call releases the GIL
+(six per uniform ``sample_batch`` of a five-column buffer), NumPy's draw and
+small ``take`` calls do not, so a sample is not interrupted by the writer. A
+writer-side hand-over (the writer blocks on a Condition once a sampler has
+waited for the lock) was measured and not kept: the sampler waited for the
+buffer's lock in under 1 % of its calls, so it almost never fired.
 ``benchmarks/RESULTS.md``, "Sampling under a busy writer", measures it.
 """
 
@@ -269,6 +278,9 @@ class ReplayBuffer:
         self._arrays: list[np.ndarray | None] = []
         self._columns: list[torch.Tensor] = []
         self._column_items: list[tuple[str, torch.Tensor]] = []
+        # (name, NumPy view) of every column when sampling can gather with NumPy (see
+        # sample_batch); None when a column has no NumPy view or batches go to another device.
+        self._array_items: list[tuple[str, np.ndarray]] | None = None
         self._scalar_ok: list[frozenset[type]] = []
         self._numpy_rows = False
         self._add_plan: list[
@@ -388,6 +400,11 @@ class ReplayBuffer:
         # NumPy scalars of an accepted kind, for columns of item shape ().
         self._scalar_ok = [f.scalar_types if not f.shape else frozenset() for f in storage.fields]
         self._numpy_rows = all(a is not None for a in self._arrays)
+        self._array_items = (
+            list(zip(self._names, self._arrays, strict=True))  # type: ignore[arg-type]
+            if self._numpy_rows and self._batch_device is None
+            else None
+        )
         self._add_plan = [
             (f.name, ok, f.shape, f.accepts, *f.int_range)
             for f, ok in zip(storage.fields, self._scalar_ok, strict=True)
@@ -488,6 +505,7 @@ class ReplayBuffer:
         self._fields = None
         self._names, self._shapes, self._accepts = [], [], []
         self._arrays, self._columns, self._column_items = [], [], []
+        self._array_items = None
         self._scalar_ok, self._numpy_rows = [], False
         self._batch_shapes = {}
         self._add_plan = []
@@ -747,25 +765,35 @@ class ReplayBuffer:
             EmptyBufferError: nothing is stored.
             ValueError: ``batch_size`` is not a positive integer.
 
-        Cost: one random draw plus one ``index_select`` per column (uniform);
-        prioritized adds an O(batch log capacity) tree search.
+        Cost: one random draw plus one gather per column (uniform; NumPy
+        ``take`` on CPU storage, which keeps the GIL for small rows, else
+        ``index_select``); prioritized adds an O(batch log capacity) tree search.
         """
         n = batch_size if type(batch_size) is int and batch_size > 0 else None
         if n is None:
             n = _positive_int(batch_size, "batch_size")
         with self._lock:
+            arrays = self._array_items
             if self._prio is None and self._size:
+                if arrays is not None:
+                    # NumPy draw and gathers: unlike torch calls, none of them
+                    # releases the GIL for small rows (see the module docstring).
+                    pos = self._np_rng.integers(0, self._size, n)
+                    out = {name: torch.from_numpy(a.take(pos, axis=0)) for name, a in arrays}
+                    return _tensordict(out, n, self.device)
                 # The device keyword costs ~1 us on CPU; CUDA generators need it.
                 idx = torch.randint(self._size, (n,), generator=self._gen, **self._rand_device)
-                if self._batch_device is None:
-                    out = {name: col.index_select(0, idx) for name, col in self._column_items}
-                    return _tensordict(out, n, self.device)
                 return self._gather(idx)
             self._require_items()
             assert self._prio is not None  # uniform buffers with items returned above
             slots, weights = self._prio.sample(n, self._np_rng)
             idx = torch.from_numpy(slots)
             weight = torch.from_numpy(weights)
+            if arrays is not None:
+                out = {name: torch.from_numpy(a.take(slots, axis=0)) for name, a in arrays}
+                out["index"] = idx
+                out["weight"] = weight
+                return _tensordict(out, n, self.device)
             if self._rand_device:  # storage on an accelerator (.to costs ~0.5 us on CPU)
                 idx = idx.to(self.storing_device)
                 weight = weight.to(self.storing_device)
@@ -1141,7 +1169,7 @@ class ReplayBuffer:
         if not same_device:
             logger.warning(
                 "checkpoint %s was saved with %s storage: its torch RNG state does not fit "
-                "this %s buffer, which keeps its own (uniform draws will differ)",
+                "this %s buffer, which keeps its own (epoch shuffles will differ)",
                 path,
                 snap.torch_rng_device,
                 self.storing_device.type,
