@@ -13,7 +13,8 @@ are unlinked when the writing process exits (rows lost under ``fork``):
   call evicted. Entries whose rows are all evicted are trimmed from its front.
 * ``data_dict`` holds the store's bookkeeping under one key (next sequence
   number, log offset, a generation that ``clear()`` renews).
-* ``lock`` serialises writers and log reads; it is taken once per call.
+* a lock entry in ``data_dict`` (below) serialises writers and log reads; it is
+  taken once per call.
 
 Every process replays the log into a local :class:`~replaystore.experience.storage.memory.RowIndex`
 (reading only the entries it has not seen), so queries and sampling run
@@ -26,15 +27,36 @@ first fetches the log entries written since this process last looked.
 Memory: the manager holds the live rows (as JSON text) and every process that
 reads or writes holds a decoded copy of them; with many processes and a large
 capacity, prefer :class:`~replaystore.experience.storage.sqlite.SqliteStorage`.
+
+A process killed (SIGKILL) at any instant loses only its unacknowledged call:
+
+* the lock is an entry of ``data_dict`` taken with one atomic
+  ``setdefault(key, (host, pid, token))``, so the store always knows who holds
+  it (the ``lock`` argument, kept for AWorld's signature, is not used: a
+  ``Manager().Lock()`` whose holder is killed stays locked forever and names
+  no holder). Waiters poll (0.5 ms, backing off to 10 ms); every half second
+  a waiter checks the holder, and a holder that is a dead process on this
+  host (a zombie counts as dead) has its hold released by exactly one waiter
+  (chosen through ``setdefault``), with a warning. A holder on another host
+  (a remote manager) cannot be checked, and a reused pid looks alive;
+* the log: each locked section first compares the log's length with the
+  bookkeeping. An entry appended by a call killed before it committed (its
+  bookkeeping write) is dropped; a front trimmed by a call killed before it
+  recorded the new base is recorded. Cost: one more round trip per call.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import random
+import socket
 import threading
+import time
 import uuid
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from replaystore.errors import SchemaError, StorageError
@@ -55,6 +77,28 @@ from replaystore.sampling import SeedLike
 __all__ = ["MultiProcMemoryStorage"]
 
 _STATE_KEY = "__replaystore_state__"
+_LOCK_KEY = "__replaystore_lock__"  # (host, pid, token) of the holder; absent when free
+_RECOVERY_KEY = "__replaystore_recovered__:"  # + token: which waiter released a dead hold
+_LOCK_CHECK_S = 0.5  # how often a waiter checks whether the holder is alive
+_LOCK_MAX_DELAY_S = 0.01
+_HOST = socket.gethostname()
+
+log = logging.getLogger("replaystore.experience.storage.multiproc")
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs on this host (a zombie, killed but not yet reaped, is dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
 _COMPACT_MIN = 64  # dead log entries tolerated before trimming the log's front
 
 
@@ -64,7 +108,9 @@ class MultiProcMemoryStorage(Storage):
     Args:
         data_dict: a ``Manager().dict()`` (bookkeeping).
         fifo_queue: a ``Manager().list()`` (the row log).
-        lock: a ``Manager().Lock()`` (or any lock shared by the processes).
+        lock: a ``Manager().Lock()``; accepted for AWorld's signature but not
+            used: the store locks through ``data_dict`` so that a killed holder
+            can be recognised and its hold released (see the module doc).
         max_capacity: the most rows kept (default 10000); ``None`` for no limit.
         eviction: ``"task"`` (default, whole oldest tasks) or ``"row"``.
         decoders: rebuild your types from the stored JSON on every read, e.g.
@@ -129,6 +175,41 @@ class MultiProcMemoryStorage(Storage):
             self._pid = os.getpid()
         return self._local
 
+    # ------------------------------------------------------------------ the lock
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[None]:
+        """The store's lock, taken from a holder that was killed (see the module doc)."""
+        token = (_HOST, os.getpid(), uuid.uuid4().hex)
+        data = self._data
+        delay = 0.0005
+        check_at = time.monotonic() + _LOCK_CHECK_S
+        while (holder := data.setdefault(_LOCK_KEY, token)) != token:
+            if time.monotonic() >= check_at:
+                self._release_if_dead(holder, token)
+                check_at = time.monotonic() + _LOCK_CHECK_S
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, _LOCK_MAX_DELAY_S)
+        try:
+            yield
+        finally:
+            data.pop(_LOCK_KEY, None)
+
+    def _release_if_dead(self, holder: Any, token: tuple[str, int, str]) -> None:
+        if not (isinstance(holder, tuple) and len(holder) == 3 and holder[0] == _HOST):
+            return
+        if _process_alive(int(holder[1])):
+            return
+        # One waiter per dead hold; only it removes the entry, and only while the
+        # entry is still that hold (nobody else can change it meanwhile).
+        if self._data.setdefault(_RECOVERY_KEY + str(holder[2]), token) != token:
+            return
+        if self._data.get(_LOCK_KEY) == holder:
+            self._data.pop(_LOCK_KEY, None)
+            log.warning(
+                "process %d died holding the multi-process store's lock; released it", holder[1]
+            )
+
     # ------------------------------------------------------------------ log replay
 
     def _sync(self) -> dict[str, Any]:
@@ -137,6 +218,16 @@ class MultiProcMemoryStorage(Storage):
         if state is None:
             state = {"gen": uuid.uuid4().hex, "base": 0, "base_seq": 0, "next_seq": 0, "end": 0}
             self._data[_STATE_KEY] = state
+        physical = len(self._log)
+        expected = state["end"] - state["base"]
+        if physical > expected:  # appended by a call killed before it committed
+            del self._log[expected:]
+            log.warning("dropped %d uncommitted log entries of a dead writer", physical - expected)
+        elif physical < expected:  # front trimmed by a call killed before recording it
+            state["base"] += expected - physical
+            state["base_seq"] = self._log[0][0] if physical else state["next_seq"]
+            self._data[_STATE_KEY] = state
+            log.warning("recorded a log trim left unrecorded by a killed writer")
         if state["gen"] != self._gen:
             self._index.clear()
             self._batches.clear()
@@ -190,7 +281,7 @@ class MultiProcMemoryStorage(Storage):
         for e, exp in zip(encoded, payloads, strict=True):
             e.row.exp_data = exp
         records = [e.record() for e in encoded]
-        with self._local_lock(), self._lock:
+        with self._local_lock(), self._held():
             state = self._sync()
             index = self._index
             ids = [e.row.id for e in encoded]
@@ -207,12 +298,14 @@ class MultiProcMemoryStorage(Storage):
                 self._pos += 1
                 state["next_seq"] = first + len(encoded)
                 state["end"] = self._pos
+                self._data[_STATE_KEY] = state  # the commit point of this call
                 dead = self._dead_prefix(state)
                 if dead >= _COMPACT_MIN and dead >= state["end"] - state["base"] - dead:
+                    # Trimmed before recorded: a kill in between is repaired by _sync.
                     del self._log[:dead]
                     state["base"] += dead
                     state["base_seq"] = self._batches[0][1] if self._batches else state["next_seq"]
-                self._data[_STATE_KEY] = state
+                    self._data[_STATE_KEY] = state
             except BaseException as exc:
                 self._gen = None  # the local index may be ahead of the log: rebuild on next use
                 if isinstance(exc, Exception) and not isinstance(exc, SchemaError):
@@ -220,7 +313,7 @@ class MultiProcMemoryStorage(Storage):
                 raise
 
     def clear(self) -> None:
-        with self._local_lock(), self._lock:
+        with self._local_lock(), self._held():
             del self._log[:]
             self._data[_STATE_KEY] = {
                 "gen": uuid.uuid4().hex,
@@ -238,7 +331,7 @@ class MultiProcMemoryStorage(Storage):
         return rows if self.decoders is None else self.decoders.decode_rows(rows)
 
     def _synced(self) -> RowIndex:
-        with self._lock:
+        with self._held():
             self._sync()
         return self._index
 
