@@ -363,11 +363,17 @@ class SafeUnpickler(pickle.Unpickler):
         file: binary file holding the pickle.
         source: name used in error messages (the ``.pt`` file).
         storages: ``key -> (bytes)`` loader for torch storage records, or
-            ``None`` when the pickle may not reference tensor storage.
+            ``None`` when the pickle may not reference tensor storage. Each key
+            is loaded once, however many tensors share it.
+        limits: what the pickle may allocate (default :data:`DEFAULT_LIMITS`):
+            ``bytearray(n)`` sizes and tensor element counts are checked here.
+        file_size: the source file's size on disk, for ``max_expansion``
+            (default: no expansion limit beyond ``max_bytes``).
 
     Raises (from :meth:`load`):
         UnsafeFileError: the pickle names a global outside the allow-list, or
-            uses an allowed one in a way it was not allowed for.
+            uses an allowed one in a way it was not allowed for, or asks for
+            more than ``limits`` allow.
     """
 
     def __init__(
