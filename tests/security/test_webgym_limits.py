@@ -127,4 +127,3 @@ def test_bytearray_size_is_checked_before_allocating(tmp_path):
 def test_limits_themselves_are_validated(kwargs):
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         ImportLimits(**kwargs)
-

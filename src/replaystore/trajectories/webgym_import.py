@@ -178,6 +178,7 @@ class _Budget:
                 self.limits.max_elements,
             )
 
+
 # Constructor parameters of WebGym's component classes, in order: positional
 # arguments of a ``__reduce__`` are mapped onto these names.
 _WEBGYM_PARAMS: dict[str, tuple[str, ...]] = {
@@ -414,9 +415,7 @@ class SafeUnpickler(pickle.Unpickler):
             self.budget.take_bytes(args[0], f"bytearray({args[0]:,})")
         elif args and not isinstance(args[0], str | bytes | bytearray | list | tuple):
             # An iterator could be endless; what a pickle can hold is one of these.
-            raise UnsafeFileError(
-                f"{self.source}: bytearray built from a {type(args[0]).__name__}"
-            )
+            raise UnsafeFileError(f"{self.source}: bytearray built from a {type(args[0]).__name__}")
         try:
             return bytearray(*args)
         except (TypeError, ValueError, LookupError) as exc:
@@ -439,9 +438,7 @@ class SafeUnpickler(pickle.Unpickler):
         return _StorageRef(_STORAGE_DTYPES[pid[1]], data, self.budget)
 
 
-def load_webgym_payload(
-    path: str | os.PathLike[str], *, limits: ImportLimits | None = None
-) -> Any:
+def load_webgym_payload(path: str | os.PathLike[str], *, limits: ImportLimits | None = None) -> Any:
     """The object a WebGym ``.pt`` file holds, with WebGym components mapped to ours.
 
     Usually ``{"trajectories": [...], "metadata": {...}}`` (or, for older files,

@@ -99,6 +99,8 @@ def _process_alive(pid: int) -> bool:
             return handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
     except (OSError, IndexError):
         return True
+
+
 _COMPACT_MIN = 64  # dead log entries tolerated before trimming the log's front
 
 
