@@ -192,9 +192,10 @@ def test_buffer_write_then_sample_task_as_aworlds_buffer_test_does(kind, tmp_pat
         (QueryBuilder().eq("task_id", "task_3"), QueryBuilder().eq("exp_meta.task_id", "task_3")),
         (
             QueryBuilder().in_("agent_id", ["agent_2", "agent_9"]).and_().gt("step", 4),
-            QueryBuilder().in_("exp_meta.agent_id", ["agent_2", "agent_9"]).and_().gt(
-                "exp_meta.step", 4
-            ),
+            QueryBuilder()
+            .in_("exp_meta.agent_id", ["agent_2", "agent_9"])
+            .and_()
+            .gt("exp_meta.step", 4),
         ),
         (QueryBuilder().is_null("pre_agent"), QueryBuilder().is_null("exp_meta.pre_agent")),
     ]:

@@ -420,7 +420,7 @@ def test_from_storage_holds_only_an_index(
     stored: tuple[TrajectoryStorage, list[list[dict]]],
 ) -> None:
     storage, _ = stored
-    buffer = ReplayBuffer.from_storage(storage.root)
+    buffer = ReplayBuffer.from_storage(storage.root, agent=FakeAgent())
     source = buffer._source
     assert not hasattr(source, "trajectories")
     arrays = [v for v in vars(buffer).values() if isinstance(v, np.ndarray)]
@@ -447,7 +447,7 @@ def test_from_storage_reports_a_file_removed_after_opening(
     stored: tuple[TrajectoryStorage, list[list[dict]]],
 ) -> None:
     storage, _ = stored
-    buffer = ReplayBuffer.from_storage(storage.root)
+    buffer = ReplayBuffer.from_storage(storage.root, agent=FakeAgent())
     assert buffer[0]["action"]
     storage.cleanup_old_iterations(keep_last_n=1)
     with pytest.raises(StorageError, match="removed after the buffer was opened"):

@@ -18,7 +18,7 @@ with a missing value are false instead of raising ``TypeError``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, TypedDict, TypeVar, Union
 
 from replaystore.experience.query import Condition, QueryBuilder, compile_predicate
@@ -85,7 +85,8 @@ class QueryFilter:
         if isinstance(query_condition, QueryBuilder):
             query_condition = query_condition.build()
         self.query_condition = query_condition
-        self._predicate = compile_predicate(query_condition)
+        # Any object with exp_meta/exp_data attributes works, not only DataRow.
+        self._predicate: Callable[[Any], bool] = compile_predicate(query_condition)
 
     def check_condition(self, row: Any) -> bool:
         """True when ``row`` (a ``DataRow``-shaped object) matches the condition."""

@@ -137,6 +137,9 @@ class _Header:
     line_lengths: NDArray[np.int64]
     #: CRC32 of each step line (int64), or ``_NO_CRC`` for a version 1 file.
     line_crc: NDArray[np.int64]
+    #: Whether each step stores a non-empty raw_prompt; None for files written before
+    #: the header kept it (the "has_prompt" index entry is optional).
+    has_prompt: NDArray[np.bool_] | None = None
 
     @property
     def num_steps(self) -> int:
@@ -417,7 +420,14 @@ class TrajectoryStorage:
                 ) from None
             lines.append(text.encode("utf-8") + b"\n")
         reward = steps[-1]["reward"].get("reward")
-        return _EncodedTrajectory(lines, reward, dummy, same)
+        has_prompt = np.array(
+            [
+                isinstance(d.get("response"), Mapping) and bool(d["response"].get("raw_prompt"))
+                for d in steps
+            ],
+            dtype=bool,
+        )
+        return _EncodedTrajectory(lines, reward, dummy, same, has_prompt)
 
     def _relative(self, image_path: Any) -> Any:
         if not isinstance(image_path, str) or image_path == "":
@@ -453,6 +463,13 @@ class TrajectoryStorage:
             dtype=np.uint32,
             count=int(line_lengths.size),
         )
+        optional_index: dict[str, str] = {}
+        prompt_flags = [e.has_prompt for e in trajectories]
+        if all(flags is not None for flags in prompt_flags):
+            optional_index["has_prompt"] = _encode(
+                np.concatenate(prompt_flags) if prompt_flags else np.zeros(0, bool),  # type: ignore[arg-type]
+                "u1",
+            )
         header = {
             "format": FORMAT,
             "version": VERSION,
@@ -468,6 +485,7 @@ class TrajectoryStorage:
                 "same": _encode(same, "u1"),
                 "line_lengths": _encode(line_lengths, "<i8"),
                 "line_crc32": _encode(crcs, "<u4"),
+                **optional_index,
             },
         }
         try:
@@ -509,6 +527,11 @@ class TrajectoryStorage:
             dummy = _decode(index["dummy"], "u1", n_traj, where).astype(bool)
             same = _decode(index["same"], "u1", n_steps, where).astype(bool)
             line_lengths = _decode(index["line_lengths"], "<i8", n_steps, where)
+            has_prompt = (
+                _decode(index["has_prompt"], "u1", n_steps, where).astype(bool)
+                if "has_prompt" in index
+                else None
+            )
             if version >= 2:
                 line_crc = _decode(index["line_crc32"], "<u4", n_steps, where).astype(np.int64)
             else:
@@ -533,6 +556,7 @@ class TrajectoryStorage:
             same=same,
             line_lengths=line_lengths,
             line_crc=line_crc,
+            has_prompt=has_prompt,
         )
 
     @staticmethod
@@ -758,6 +782,9 @@ class TrajectoryStorage:
                         header.final_rewards[t],
                         bool(header.dummy[t]),
                         header.same[start : start + length],
+                        None
+                        if header.has_prompt is None
+                        else header.has_prompt[start : start + length],
                     )
                 )
                 start += length
@@ -871,6 +898,7 @@ class TrajectoryStorage:
             raise StorageError(f"no iteration files under {self.root}")
         traj_parts, step_parts, reward_parts, same_parts = [], [], [], []
         file_parts, offset_parts, traj_rewards, crc_parts = [], [], [], []
+        prompt_parts: list[NDArray[np.bool_]] = []
         traj_file: list[NDArray[np.int32]] = []
         traj_local: list[NDArray[np.int32]] = []
         dummies = 0
@@ -901,6 +929,8 @@ class TrajectoryStorage:
             file_parts.append(np.full(int(step_keep.sum()), file_id, dtype=np.int32))
             offset_parts.append(offsets[step_keep])
             crc_parts.append(h.line_crc[step_keep])
+            if h.has_prompt is not None:
+                prompt_parts.append(h.has_prompt[step_keep])
             traj_rewards.append(rewards[keep])
             traj_file.append(np.full(n_traj, file_id, dtype=np.int32))
             traj_local.append(np.arange(n_traj, dtype=np.int32))
@@ -924,6 +954,8 @@ class TrajectoryStorage:
             computed_steps=0,
             missing_screenshots=0,
             source=source,
+            # known only when every file's header has it (older files do not)
+            has_prompt=np.concatenate(prompt_parts) if len(prompt_parts) == len(headers) else None,
         )
 
 
@@ -933,6 +965,7 @@ class _EncodedTrajectory:
     final_reward: Any
     dummy: bool
     same: NDArray[np.bool_]
+    has_prompt: NDArray[np.bool_] | None = None
 
 
 def _renumber(raw: bytes, t: int, where: str) -> bytes:
