@@ -362,7 +362,14 @@ class ExperimentLogger:
         return metrics
 
     def close(self) -> None:
-        """Flush and close the backend (idempotent)."""
+        """Flush and close the backend (idempotent).
+
+        Returns once the files are complete: for W&B, ``run.finish()`` can return
+        before its service has written the run file (seen in offline mode on the
+        first run of a process: a 7-byte ``.wandb`` file), so when no other W&B
+        run is active the service is shut down too (``wandb.teardown()``, which
+        waits for it); the next run starts a new one (about a second).
+        """
         if self._closed:
             return
         self._closed = True
@@ -370,6 +377,8 @@ class ExperimentLogger:
             self._writer.close()
         if self._run is not None:
             self._run.finish()
+            if self._wandb is not None and getattr(self._wandb, "run", None) is None:
+                self._wandb.teardown()
 
     def __enter__(self) -> ExperimentLogger:
         return self
