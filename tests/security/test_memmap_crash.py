@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -23,7 +22,7 @@ _ADD_AND_FLUSH_FOREVER = textwrap.dedent(
 
     buf = ReplayBuffer("cpu", "cpu", 50_000, path=sys.argv[1], seed=0)
     i = 0
-    while True:  # killed by the parent in the middle of this loop
+    while i < 65 * 20 * 30:  # 39,000 rows: never wraps the 50,000-slot ring
         ids = np.arange(i, i + 64)
         buf.add_batch({"obs": np.stack([ids, 3 * ids], 1).astype(np.float32), "action": ids})
         buf.add({"obs": np.array([i + 64, 3 * (i + 64)], np.float32), "action": i + 64})
@@ -31,27 +30,32 @@ _ADD_AND_FLUSH_FOREVER = textwrap.dedent(
         if i % (65 * 20) == 0:
             buf.flush()
             print(i, flush=True)  # rows [0, i) are flushed
+    sys.stdin.read()  # done: wait to be killed (the parent never writes)
     """
 )
 
 
 @pytest.mark.slow  # a child process that imports torch: ~10 s on a loaded machine
-@pytest.mark.parametrize("run_s", [0.4, 0.9])
-def test_memmap_reopened_after_sigkill_mid_add_holds_a_flushed_prefix(tmp_path, run_s):
+@pytest.mark.parametrize("kill_after", [3, 15])
+def test_memmap_reopened_after_sigkill_mid_add_holds_a_flushed_prefix(tmp_path, kill_after):
     directory = tmp_path / "replay"
     proc = subprocess.Popen(
         [sys.executable, "-c", _ADD_AND_FLUSH_FOREVER, str(directory)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert proc.stdout is not None
-    first = int(proc.stdout.readline())  # at least one flush completed
-    time.sleep(run_s)
+    # Kill right after the child reports its kill_after-th flush: it is then adding,
+    # flushing, or (on a slow parent) done and waiting; no timing involved.
+    seen = [int(proc.stdout.readline()) for _ in range(kill_after)]
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    reported = [first, *(int(line) for line in proc.stdout.read().split())]
+    reported = [*seen, *(int(line) for line in proc.stdout.read().split())]
     proc.stdout.close()
+    assert proc.stdin is not None
+    proc.stdin.close()
     with ReplayBuffer("cpu", "cpu", 50_000, path=directory) as buf:
         n = len(buf)
         # The kill may land inside a flush after its number was printed or before:
