@@ -576,6 +576,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         file_format=args.file_format,
         copy_images=args.copy_images,
         on_error=args.on_error,
+        image_root=args.image_root,
     )
     stats = buffer.stats
     print(
@@ -1063,6 +1064,13 @@ def _parser() -> _Parser:
         action="store_true",
         help="copy screenshots into OUT/images (a self-contained dataset); default: "
         "reference them by absolute path",
+    )
+    export.add_argument(
+        "--image-root",
+        metavar="DIR",
+        default=None,
+        help="refuse screenshots that resolve outside DIR (symlinks and '..' followed), e.g. "
+        "the storage's parent for trajectories you did not write; default: no restriction",
     )
     export.add_argument(
         "--history-window",

@@ -121,3 +121,20 @@ def test_export_from_something_that_is_not_a_storage_is_a_one_line_error(tmp_pat
         run_cli("export", tmp_path, "--out", tmp_path / "lf"), "export", "no trajectory iteration"
     )
     assert not (tmp_path / "lf").exists()
+
+
+def test_image_root_refuses_screenshots_outside_it(trajectory_store, tmp_path, capsys):
+    from replaystore.cli import main
+
+    # The fixture's screenshots live beside the storage (root/screens), not inside it.
+    status = main(["export", str(trajectory_store), "--out", str(tmp_path / "no"),
+                   "--image-root", str(trajectory_store)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert "outside the image root" in err[0]
+    assert not (tmp_path / "no" / "dataset_info.json").exists()
+
+    status = main(["export", str(trajectory_store), "--out", str(tmp_path / "yes"),
+                   "--image-root", str(trajectory_store.parent)])
+    assert status == 0, capsys.readouterr().err
+    assert (tmp_path / "yes" / "dataset_info.json").is_file()
