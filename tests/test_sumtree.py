@@ -277,3 +277,37 @@ def test_backends_agree_on_any_update_sequence(
             picked = compiled.sample(draws, seed)
             np.testing.assert_array_equal(picked, reference.sample(draws, seed))
             assert (reference.values()[picked] > 0).all()
+
+
+@pytest.mark.skipif(not HAS_KERNEL, reason="compiled SumTree kernel not built")
+def test_update_that_runs_out_of_memory_leaves_the_tree_unchanged() -> None:
+    """Every allocation an update makes is failed in turn (CPython's _testcapi hooks).
+
+    Whichever allocation fails, the update either raises MemoryError with the
+    tree exactly as before, or completes; never leaves written leaves whose sums
+    were not propagated (the kernel used to write leaves, then allocate).
+    """
+    testcapi = pytest.importorskip("_testcapi", reason="CPython's _testcapi is not installed")
+    idx = np.array([3, 17], dtype=np.int64)
+    pri = np.array([5.0, 7.0])
+    failures = 0
+    for k in range(200):
+        tree = SumTree(64, fanout=4, backend="c")
+        tree.update(np.arange(64), np.ones(64))
+        sums, mins = tree._sum_flat.copy(), tree._min_flat.copy()
+        testcapi.set_nomemory(k, k + 1)  # fail only the k-th allocation from here on
+        try:
+            tree.update(idx, pri)
+        except MemoryError:
+            testcapi.remove_mem_hooks()
+            failures += 1
+            np.testing.assert_array_equal(tree._sum_flat, sums, err_msg=f"allocation {k}")
+            np.testing.assert_array_equal(tree._min_flat, mins, err_msg=f"allocation {k}")
+            continue
+        finally:
+            testcapi.remove_mem_hooks()
+        assert tree.total == 74.0 and tree.values().sum() == 74.0
+        break
+    else:
+        pytest.fail("the update never completed under the allocation hook")
+    assert failures > 0  # the hook did reach the update's allocations

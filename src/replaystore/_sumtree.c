@@ -100,7 +100,8 @@ fail:
 
 /* update(sums, mins, offsets, fanout, capacity, indices, priorities) -> status
  *
- * Validates every index and priority before writing anything; on success sets
+ * Validates every index and priority and allocates its scratch space before
+ * writing anything (an error leaves the tree unchanged); on success sets
  * the leaves in order (the last value wins for repeated indices) and recomputes
  * each touched internal node once per level.
  */
@@ -145,6 +146,13 @@ sumtree_update(PyObject *self, PyObject *args)
     }
     if (n == 0) goto done;
 
+    /* Allocate before writing anything: a failed allocation must leave the
+     * tree as it was, not leaves whose sums were never propagated. */
+    touched = PyMem_Malloc(sizeof(int64_t) * (size_t)n);
+    if (touched == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
     double *sums = (double *)t.sums.buf;
     double *mins = (double *)t.mins.buf;
     const int64_t *off = t.off;
@@ -152,11 +160,6 @@ sumtree_update(PyObject *self, PyObject *args)
         double p = pri[n_pri == 1 ? 0 : i];
         sums[idx[i]] = p;
         mins[idx[i]] = p > 0 ? p : INFINITY;
-    }
-    touched = PyMem_Malloc(sizeof(int64_t) * (size_t)n);
-    if (touched == NULL) {
-        PyErr_NoMemory();
-        goto fail;
     }
     /* Level by level: collect each distinct parent once (a NaN in the parent's
      * sum marks it as collected; it is overwritten before this function returns,
