@@ -104,16 +104,17 @@ def run(out: Path, quick: bool) -> list[str]:
 
     total = buf.size()
     tasks = buf.sample_task(query_condition=solved, batch_size=5)
+    solved_sampled = [
+        {"task_id": t[0].exp_meta.task_id, "steps": len(t), "agent": t[0].exp_meta.agent_id}
+        for t in tasks
+    ]
     summary = {
         "rows": total,
         "seconds": round(elapsed, 3),
         "rows_per_second": round(total / elapsed),
         "sampling_rounds_during_writes": rounds,
         "distinct_browser_tasks_sampled": len(seen),
-        "solved_tasks_sampled": [
-            {"task_id": t[0].exp_meta.task_id, "steps": len(t), "agent": t[0].exp_meta.agent_id}
-            for t in tasks
-        ],
+        "solved_tasks_sampled": solved_sampled,
     }
     atomic_write_json(out / "samples.json", summary)
     log.info("experience demo: %d rows in %.2f s", total, elapsed)
@@ -126,7 +127,7 @@ def run(out: Path, quick: bool) -> list[str]:
     ]
     lines += [
         f"  solved task {s['task_id']}: {s['steps']} steps by {s['agent']}"
-        for s in summary["solved_tasks_sampled"]
+        for s in solved_sampled
     ]
     lines.append(f"sample summary: {out / 'samples.json'}")
     return lines

@@ -116,8 +116,11 @@ def train_dqn(
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     env = gym.make("CartPole-v1")
-    obs_dim = env.observation_space.shape[0]
-    n_actions = int(env.action_space.n)
+    obs_space, act_space = env.observation_space, env.action_space
+    if not isinstance(obs_space, gym.spaces.Box) or not isinstance(act_space, gym.spaces.Discrete):
+        raise TypeError(f"CartPole-v1 spaces: {obs_space} / {act_space}; expected Box / Discrete")
+    obs_dim = obs_space.shape[0]
+    n_actions = int(act_space.n)
     q = _q_network(obs_dim, n_actions, cfg.hidden)
     target = copy.deepcopy(q)
     optim = torch.optim.Adam(q.parameters(), lr=cfg.lr)

@@ -840,7 +840,7 @@ class _Progress:
         self.running = self.failed = 0
         self._t0 = time.perf_counter()
         if show and total:
-            from tqdm.auto import tqdm  # type: ignore[import-untyped]
+            from tqdm.auto import tqdm
 
             self._bar = tqdm(total=total, unit="task", desc="rollouts", leave=True)
 

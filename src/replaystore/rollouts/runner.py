@@ -75,7 +75,7 @@ async def rollout(
     elif policy == "openai":
         if not base_url or not model:
             raise ConfigError("--policy openai needs --base-url and --model")
-        options = {} if api_key is None else {"api_key": api_key}
+        options: dict[str, Any] = {} if api_key is None else {"api_key": api_key}
         agent = WebAgent(OpenAIChatPolicy(base_url, model, **options), image_urls="data")
     else:
         raise ConfigError(f"unknown policy {policy!r}; use scripted or openai")
