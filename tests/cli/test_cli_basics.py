@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from replaystore import __version__
 
-from .conftest import assert_one_line_error, run_cli
+from .conftest import assert_one_line_error, run_cli, run_cli_subprocess
 
 SUBCOMMANDS = ("demo", "stats", "export", "import-webgym", "info")
 
@@ -91,3 +97,34 @@ def test_out_of_range_numbers_are_one_line_usage_errors(tmp_path, option, value,
 def test_unknown_demo_part_is_a_one_line_error(tmp_path):
     proc = run_cli("demo", "--quick", "--out", tmp_path, "--part", "nope")
     assert_one_line_error(proc, "demo", "unknown demo part 'nope'", "transitions, trajectories")
+
+
+# ----------------------------------------------------------------- the real process
+# Everything above runs main(argv) in process; these few run the command itself.
+
+
+def _installed_script() -> str:
+    script = Path(sys.executable).with_name("replaystore")
+    found = str(script) if script.exists() else shutil.which("replaystore")
+    if found is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the replaystore console script is not installed next to the interpreter")
+        pytest.skip("the replaystore console script is not installed (pip install -e .)")
+    return found
+
+
+def test_installed_console_script_runs_main_with_its_exit_status(tmp_path):
+    script = _installed_script()
+    ok = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines()[0] == f"replaystore {__version__}"
+    bad = subprocess.run(
+        [script, "stats", str(tmp_path / "nope")], capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.startswith("replaystore stats: error: ") and "does not exist" in bad.stderr
+
+
+def test_python_dash_m_entry_point_gives_the_same_result_as_in_process(tmp_path):
+    args = ("export", tmp_path, "--out", tmp_path / "o", "--format", "xml")
+    assert run_cli_subprocess(*args) == run_cli(*args)

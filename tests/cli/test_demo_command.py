@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from replaystore.demos import PARTS
 from replaystore.trajectories.export import validate_record
 from replaystore.trajectories.storage import TrajectoryStorage
 
-from .conftest import run_cli
+from .conftest import run_cli, run_cli_subprocess
 
 # The whole quick demo must finish well within this (it takes ~15 s on one core).
 DEMO_TIMEOUT_S = 180
@@ -25,7 +23,7 @@ DEMO_TIMEOUT_S = 180
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("demo")
-    proc = run_cli("demo", "--quick", "--out", out, timeout=DEMO_TIMEOUT_S)
+    proc = run_cli_subprocess("demo", "--quick", "--out", out, timeout=DEMO_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr
     return out, proc.stdout
 
@@ -64,11 +62,10 @@ def test_without_a_browser_the_trajectories_part_is_skipped_with_one_line(tmp_pa
     empty.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "REPLAYSTORE_CHROMIUM"}
     env.update(PATH=str(empty), PLAYWRIGHT_BROWSERS_PATH=str(empty))  # no browser anywhere
-    proc = subprocess.run(
-        [sys.executable, "-m", "replaystore.cli", "demo", "--quick", "--part", "trajectories",
-         "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, env=env, timeout=120,
-    )  # fmt: skip
+    # A subprocess: where the browser is looked for is read from its environment.
+    proc = run_cli_subprocess(
+        "demo", "--quick", "--part", "trajectories", "--out", tmp_path / "out", env=env
+    )
     assert proc.returncode == 0, proc.stderr
     part = proc.stdout.split("\n== trajectories ==\n", 1)[1]
     assert part.startswith("  SKIPPED (no browser): no Chromium found: install one"), part
