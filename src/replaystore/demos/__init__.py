@@ -15,4 +15,6 @@ this order, each in ``<out>/<part>/``:
 
 from __future__ import annotations
 
+__all__ = ["PARTS"]
+
 PARTS: tuple[str, ...] = ("transitions", "trajectories", "experience")
