@@ -18,6 +18,7 @@ progress bar (stderr) shows steps, episodes and the recent average return.
 from __future__ import annotations
 
 import copy
+import io
 import logging
 import shutil
 import sys
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from replaystore.atomic import atomic_write_bytes
 from replaystore.transitions import ReplayBuffer
 
 __all__ = ["DQNConfig", "run", "train_dqn"]
@@ -227,8 +229,10 @@ def _plot(returns: list[float], path: Path, title: str) -> None:
     ax.set_title(title)
     ax.legend(loc="upper left")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
     plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())
 
 
 def _progress_bar(cfg: DQNConfig) -> Any:
