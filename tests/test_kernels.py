@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 
-import replaystore.transitions.buffer as buffer_module
+import replaystore.transitions.writer as writer_module
 from replaystore import _kernels, sampling
 from replaystore.errors import CompiledKernelWarning
 from replaystore.sampling import SumTree
@@ -46,7 +46,7 @@ def test_missing_sumtree_warns_once_at_first_use(fresh_process, monkeypatch):
 
 
 def test_missing_ringcopy_warns_at_first_buffer(fresh_process, monkeypatch):
-    monkeypatch.setattr(buffer_module, "_cringcopy", None)
+    monkeypatch.setattr(writer_module, "_cringcopy", None)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         buf = ReplayBuffer("cpu", "cpu", 8, storage="memory", seed=0)
@@ -59,7 +59,7 @@ def test_missing_ringcopy_warns_at_first_buffer(fresh_process, monkeypatch):
 
 def test_only_one_warning_for_both_missing_kernels(fresh_process, monkeypatch):
     monkeypatch.setattr(sampling, "_csumtree", None)
-    monkeypatch.setattr(buffer_module, "_cringcopy", None)
+    monkeypatch.setattr(writer_module, "_cringcopy", None)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         ReplayBuffer("cpu", "cpu", 8, sampler="prioritized", storage="memory", seed=0)
@@ -70,7 +70,7 @@ def test_only_one_warning_for_both_missing_kernels(fresh_process, monkeypatch):
 @pytest.mark.parametrize("how", ["argument", "environment"])
 def test_explicit_numpy_choice_never_warns(fresh_process, monkeypatch, how):
     monkeypatch.setattr(sampling, "_csumtree", None)
-    monkeypatch.setattr(buffer_module, "_cringcopy", None)
+    monkeypatch.setattr(writer_module, "_cringcopy", None)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         if how == "argument":
@@ -87,7 +87,7 @@ def test_explicit_numpy_choice_never_warns(fresh_process, monkeypatch, how):
 
 
 def test_installed_kernels_never_warn(fresh_process):
-    if sampling._csumtree is None or buffer_module._cringcopy is None:
+    if sampling._csumtree is None or writer_module._cringcopy is None:
         pytest.skip("this install has no compiled kernels")
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")

@@ -7,13 +7,17 @@
  * `Plan.add_batch(experience, pointer)` and `Plan.add(experience, pointer)`
  * take a plain dict of key -> value and either write it or decline it:
  *
- *   - they accept only values that need no conversion: objects exporting a
+ *   - they accept only values that need no conversion: instances of the
+ *     plan's array types (NumPy arrays and NumPy scalars) exporting a
  *     C-contiguous buffer with exactly the column's format and item size and
  *     the column's item shape (add_batch: the same leading N for every key),
  *     and, for `add`, Python floats, ints and bools into columns of item shape
  *     () whose kind takes them without a cast across kinds or an overflow;
  *   - every value is checked before any byte is written, so a declined
  *     experience leaves the columns untouched;
+ *   - every other buffer exporter (bytes, bytearray, memoryview, array.array,
+ *     ...) is declined, so the Python side alone decides what such a value
+ *     means: one rule for both paths (it refuses bytes, bytearray and str);
  *   - they return the number of rows written (add_batch: N, which may be 0 or
  *     larger than the capacity: the newest `capacity` rows are kept, wrapping
  *     around the end of the ring; add: 1), or -1 when they decline. The Python
@@ -49,6 +53,7 @@ typedef struct {
     PyObject_HEAD
     Py_ssize_t ncols, capacity;
     column *cols;
+    PyObject *array_types; /* tuple of types whose buffers may be copied */
 } Plan;
 
 static const char *
@@ -96,25 +101,36 @@ static void
 plan_dealloc(Plan *self)
 {
     plan_clear_columns(self);
+    Py_CLEAR(self->array_types);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* Plan(names, columns, capacity)
+/* Plan(names, columns, capacity, array_types)
  *
  * names: tuple of str; columns: tuple of writable C-contiguous buffers of shape
- * (capacity, *item_shape), in the same order.
+ * (capacity, *item_shape), in the same order; array_types: tuple of the types
+ * (and their subclasses) whose buffers add/add_batch may copy.
  */
 static int
 plan_init(Plan *self, PyObject *args, PyObject *kwds)
 {
-    PyObject *names, *columns;
+    PyObject *names, *columns, *array_types;
     Py_ssize_t capacity;
-    static char *kwlist[] = {"names", "columns", "capacity", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!n", kwlist, &PyTuple_Type, &names,
-                                     &PyTuple_Type, &columns, &capacity)) {
+    static char *kwlist[] = {"names", "columns", "capacity", "array_types", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!nO!", kwlist, &PyTuple_Type, &names,
+                                     &PyTuple_Type, &columns, &capacity, &PyTuple_Type,
+                                     &array_types)) {
         return -1;
     }
     plan_clear_columns(self);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(array_types); i++) {
+        if (!PyType_Check(PyTuple_GET_ITEM(array_types, i))) {
+            PyErr_SetString(PyExc_TypeError, "_ringcopy.Plan: array_types must be types");
+            return -1;
+        }
+    }
+    Py_INCREF(array_types);
+    Py_XSETREF(self->array_types, array_types);
     Py_ssize_t n = PyTuple_GET_SIZE(names);
     if (PyTuple_GET_SIZE(columns) != n || capacity < 1) {
         PyErr_SetString(PyExc_ValueError, "_ringcopy.Plan: inconsistent arguments");
@@ -203,6 +219,19 @@ parse_pointer(Plan *self, PyObject *o_ptr, Py_ssize_t *ptr)
     return 0;
 }
 
+/* Is v an instance of one of the plan's array types (whose buffers we copy)? */
+static int
+is_array(const Plan *self, PyObject *v)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(self->array_types);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (PyObject_TypeCheck(v, (PyTypeObject *)PyTuple_GET_ITEM(self->array_types, i))) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Look up column i's value in exp; NULL (no error set) when missing. */
 static PyObject *
 lookup(PyObject *exp, const column *c)
@@ -240,7 +269,7 @@ plan_add_batch(Plan *self, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; ok && i < ncols; i++) {
         const column *c = &self->cols[i];
         PyObject *v = lookup(exp, c);
-        if (v == NULL || !PyObject_CheckBuffer(v)) {
+        if (v == NULL || !is_array(self, v) || !PyObject_CheckBuffer(v)) {
             ok = 0;
             break;
         }
@@ -371,7 +400,7 @@ plan_add(Plan *self, PyObject *const *args, Py_ssize_t nargs)
         if (v == NULL) {
             ok = 0;
         }
-        else if (PyObject_CheckBuffer(v)) {
+        else if (is_array(self, v)) {
             if (PyObject_GetBuffer(v, &views[i], PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
                 PyErr_Clear();
                 ok = 0;
@@ -420,7 +449,7 @@ static PyTypeObject PlanType = {
     .tp_basicsize = sizeof(Plan),
     .tp_dealloc = (destructor)plan_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Plan(names, columns, capacity): checked row copies "
+    .tp_doc = "Plan(names, columns, capacity, array_types): checked row copies "
               "into the columns of one transition storage (see replaystore/_ringcopy.c).",
     .tp_methods = plan_methods,
     .tp_init = (initproc)plan_init,

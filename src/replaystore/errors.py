@@ -9,7 +9,14 @@ for code written against the seed systems.
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Collection
+from typing import Any, TypeVar
+
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
     "BufferIndexError",
     "CheckpointError",
     "CompiledKernelWarning",
@@ -25,7 +32,12 @@ __all__ = [
     "StorageError",
     "TrajectoryError",
     "UnsafeFileError",
+    "check_choice",
+    "check_int",
+    "check_number",
 ]
+
+_T = TypeVar("_T")
 
 
 class ReplayStoreError(Exception):
@@ -88,8 +100,26 @@ class ModelServerError(ReplayStoreError, RuntimeError):
         self.status = status
 
 
-class ConfigError(ReplayStoreError, ValueError):
-    """An argument is out of range or of the wrong kind (capacity, page, batch size, mode)."""
+class ArgumentError(ReplayStoreError, ValueError):
+    """An argument of a public call is invalid: out of range, or not one of the accepted names.
+
+    The one family for argument validation (batch sizes, capacities, sampler or
+    storage names, exponents): the message names the argument, what it must be
+    and what it got. A ``ValueError``, so ``except ValueError`` keeps working.
+    :func:`check_int`, :func:`check_number` and :func:`check_choice` raise it.
+    """
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument is of the wrong type (a string or ``None`` where an integer is expected).
+
+    Both an :class:`ArgumentError` (a ``ValueError``) and a ``TypeError``, so callers
+    catching either keep working.
+    """
+
+
+class ConfigError(ArgumentError):
+    """A setting is missing, out of range or of the wrong kind (config, options, mode)."""
 
 
 class CompiledKernelWarning(UserWarning):
@@ -102,3 +132,83 @@ class CompiledKernelWarning(UserWarning):
     ``add_backend``), or with
     ``warnings.filterwarnings("ignore", category=CompiledKernelWarning)``.
     """
+
+
+# --------------------------------------------------------------- argument checks
+# Small validators every package can use at its boundary, so the same mistake
+# gets the same exception type and wording everywhere.
+
+
+def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    """``value`` as an ``int``, or :class:`ArgumentError` naming ``name``.
+
+    Accepts Python and NumPy integers and integral floats (``3.0``); refuses
+    ``bool``, non-integral numbers and non-numbers.
+
+    Args:
+        value: the argument.
+        name: its name, as the caller spells it (``"batch_size"``).
+        minimum: smallest allowed value (inclusive), or None for no bound.
+
+    Raises:
+        ArgumentTypeError: not a number (or a ``bool``).
+        ArgumentError: not integral, or below ``minimum``.
+    """
+    if minimum is None:
+        need = "an integer"
+    else:
+        need = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{name} must be {need}, got {value!r}")
+    integral = isinstance(value, numbers.Integral)
+    if not (integral or (math.isfinite(value) and float(value).is_integer())):
+        raise ArgumentError(f"{name} must be {need}, got {value!r}")
+    result = int(value)
+    if minimum is not None and result < minimum:
+        raise ArgumentError(f"{name} must be {need}, got {value!r}")
+    return result
+
+
+def check_number(
+    value: Any,
+    name: str,
+    *,
+    minimum: float | None = None,
+    strict: bool = False,
+) -> float:
+    """``value`` as a finite ``float``, or :class:`ArgumentError` naming ``name``.
+
+    Args:
+        value: the argument (a Python or NumPy real number, not a ``bool``).
+        name: its name.
+        minimum: lower bound, or None.
+        strict: the bound is exclusive (``> minimum``) instead of ``>= minimum``.
+
+    Raises:
+        ArgumentTypeError: not a real number (or a ``bool``).
+        ArgumentError: NaN, infinite, or outside the bound.
+    """
+    bound = "" if minimum is None else f" and {'>' if strict else '>='} {minimum:g}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{name} must be a finite number{bound}, got {value!r}")
+    result = float(value)
+    below = minimum is not None and (result <= minimum if strict else result < minimum)
+    if not math.isfinite(result) or below:
+        raise ArgumentError(f"{name} must be finite{bound}, got {value!r}")
+    return result
+
+
+def check_choice(value: _T, name: str, choices: Collection[_T]) -> _T:
+    """``value`` if it is one of ``choices``, else :class:`ArgumentError` listing them.
+
+    Raises:
+        ArgumentError: ``value`` is not one of ``choices`` (unhashable values too).
+    """
+    try:
+        ok = value in choices
+    except TypeError:  # an unhashable value in a set
+        ok = False
+    if not ok:
+        listed = ", ".join(repr(c) for c in choices)
+        raise ArgumentError(f"{name} must be one of {listed}, got {value!r}")
+    return value

@@ -20,15 +20,16 @@ from hypothesis import strategies as st
 
 from replaystore.errors import SchemaError
 from replaystore.transitions import ReplayBuffer
-from replaystore.transitions import buffer as buffer_module
+from replaystore.transitions import writer as writer_module
 
 from .conftest import batch, ids_of
 from .test_schema import BAD_BATCH, BAD_SINGLE
 
-ringcopy = buffer_module._cringcopy
+ringcopy = writer_module._cringcopy
 HAS_KERNEL = ringcopy is not None
 needs_kernel = pytest.mark.skipif(not HAS_KERNEL, reason="replaystore._ringcopy not built")
 BACKENDS = [pytest.param("c", marks=needs_kernel), "numpy"]
+ARRAY_TYPES = (np.ndarray, np.generic)  # what the buffer lets the kernel copy
 
 # Columns of every kind the kernel converts scalars into, plus an image-like one.
 SPEC: dict[str, tuple[tuple[int, ...], Any]] = {
@@ -63,7 +64,7 @@ def columns(capacity: int) -> dict[str, np.ndarray]:
 
 def plan_for(cols: dict[str, np.ndarray]) -> Any:
     capacity = next(iter(cols.values())).shape[0]
-    return ringcopy.Plan(tuple(cols), tuple(cols.values()), capacity)
+    return ringcopy.Plan(tuple(cols), tuple(cols.values()), capacity, ARRAY_TYPES)
 
 
 def snapshot(cols: dict[str, np.ndarray]) -> dict[str, bytes]:
@@ -225,7 +226,9 @@ def test_kernel_needs_writable_columns_of_capacity_rows() -> None:
     with pytest.raises((BufferError, ValueError)):
         plan_for(cols)
     with pytest.raises(ValueError, match="capacity"):
-        ringcopy.Plan(("obs",), (np.zeros((3, 2), np.float32),), 4)
+        ringcopy.Plan(("obs",), (np.zeros((3, 2), np.float32),), 4, ARRAY_TYPES)
+    with pytest.raises(TypeError, match="array_types"):
+        ringcopy.Plan(("obs",), (np.zeros((4, 2), np.float32),), 4, ("ndarray",))
 
 
 # ------------------------------------------------------- the buffer, both paths
@@ -391,7 +394,7 @@ def test_environment_variable_selects_the_add_backend(monkeypatch: pytest.Monkey
 def test_missing_kernel_falls_back_to_numpy(
     monkeypatch: pytest.MonkeyPatch, storage_kind: str
 ) -> None:
-    monkeypatch.setattr(buffer_module, "_cringcopy", None)
+    monkeypatch.setattr(writer_module, "_cringcopy", None)
     monkeypatch.delenv("REPLAYSTORE_RINGCOPY", raising=False)
     with ReplayBuffer("cpu", "cpu", 3, storage=storage_kind) as buf:
         assert buf.add_backend == "numpy"
@@ -399,3 +402,33 @@ def test_missing_kernel_falls_back_to_numpy(
         assert ids_of(buf.sample_all(chronological=True)).tolist() == [1, 2, 3]
     with pytest.raises(ImportError, match="add_backend='numpy'"):
         ReplayBuffer("cpu", "cpu", 3, add_backend="c")
+
+
+# ------------------------------------------- one rule for raw bytes, both paths
+
+RAW = [b"\x01\x02\x03\x04", bytearray(b"\x01\x02\x03\x04"), "abcd"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("raw", RAW, ids=lambda v: type(v).__name__)
+def test_raw_bytes_are_refused_naming_the_key(backend: str, storage_kind: str, raw: Any) -> None:
+    """bytes, bytearray and str are not arrays: both add paths refuse them (the
+    compiled one used to copy bytes into a uint8 column) and write nothing."""
+    with ReplayBuffer("cpu", "cpu", 4, storage=storage_kind, add_backend=backend) as buf:
+        buf.add_batch({"frame": np.zeros((4, 4), np.uint8), "small": np.zeros(4, np.uint8)})
+        before = _stored(buf)
+        with pytest.raises(SchemaError, match=r"'frame'.*frombuffer"):
+            buf.add({"frame": raw, "small": 1})
+        with pytest.raises(SchemaError, match=r"'small'.*frombuffer"):
+            buf.add_batch({"frame": np.zeros((4, 4), np.uint8), "small": raw})
+        assert len(buf) == 4 and buf.pointer == 0 and _stored(buf) == before
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_raw_bytes_cannot_define_a_schema(backend: str) -> None:
+    with ReplayBuffer("cpu", "cpu", 4, storage="memory", add_backend=backend) as buf:
+        with pytest.raises(SchemaError, match=r"'frame'.*frombuffer"):
+            buf.add({"frame": b"\x00\x01"})
+        with pytest.raises(SchemaError, match=r"'frame'.*frombuffer"):
+            buf.add_batch({"frame": bytearray(b"\x00\x01")})
+        assert buf.fields is None

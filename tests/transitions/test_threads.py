@@ -155,3 +155,70 @@ def test_columns_without_a_numpy_view_are_sampled_with_torch() -> None:
     assert out["x"].dtype == torch.bfloat16
     assert torch.equal(out["x"].to(torch.int64), out["action"])
     buf.close()
+
+
+def _epoch_batches(buf: ReplayBuffer, calls: int, batch_size: int) -> list[tuple[int, ...]]:
+    return [tuple(buf.get_next_batch(batch_size)["action"].tolist()) for _ in range(calls)]
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+def test_two_threads_calling_get_next_batch_share_the_epochs(
+    storage_kind: str, sampler: str
+) -> None:
+    """Two trainer threads drawing from one epoch schedule: no error, and between
+    them they get exactly the batches of the schedule (each stored item exactly
+    once per epoch), each batch once, as one thread calling alone would."""
+    n, batch_size, n_epochs = 96, 4, 40
+    per_thread = n_epochs * (n // batch_size) // 2
+
+    def make() -> ReplayBuffer:
+        buf = ReplayBuffer("cpu", "cpu", n, storage=storage_kind, sampler=sampler, seed=3)
+        buf.add_batch(_rows(0, n))
+        assert buf.get_steps_and_iterator(n_epochs, 0, batch_size) == 2 * per_thread
+        return buf
+
+    reference = make()
+    expected = _epoch_batches(reference, 2 * per_thread, batch_size)
+    reference.close()
+    for e in range(n_epochs):  # the schedule itself: a permutation per epoch
+        epoch = expected[e * (n // batch_size) : (e + 1) * (n // batch_size)]
+        assert sorted(i for b in epoch for i in b) == list(range(n))
+
+    buf = make()
+    got: list[list[tuple[int, ...]]] = [[], []]
+
+    def trainer(k: int) -> Callable[[], None]:
+        def run() -> None:
+            got[k] = _epoch_batches(buf, per_thread, batch_size)
+
+        return run
+
+    errors = _run(trainer(0), trainer(1))
+    assert not errors, errors[0]
+    assert sorted(got[0] + got[1]) == sorted(expected)
+    # Each thread's batches keep the schedule's order (an epoch is consumed front to back).
+    for mine in got:
+        positions = [expected.index(b) for b in mine]
+        assert positions == sorted(positions)
+    buf.close()
+
+
+def test_an_epoch_iterator_shared_by_two_threads_yields_each_batch_once(storage_kind: str) -> None:
+    n, batch_size = 64, 4
+    buf = ReplayBuffer("cpu", "cpu", n, storage=storage_kind, seed=5)
+    buf.add_batch(_rows(0, n))
+    iterator = buf.create_epoch_iterator(batch_size, n_epochs=30)
+    got: list[list[int]] = [[], []]
+
+    def consumer(k: int) -> Callable[[], None]:
+        def run() -> None:
+            for td in iterator:
+                got[k].extend(td["action"].tolist())
+
+        return run
+
+    errors = _run(consumer(0), consumer(1))
+    assert not errors, errors[0]
+    counts = np.bincount(np.array(got[0] + got[1]), minlength=n)
+    assert counts.tolist() == [30] * n
+    buf.close()

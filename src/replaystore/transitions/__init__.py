@@ -3,9 +3,11 @@
 ``replaystore.TransitionBuffer`` and ``replaystore.transitions.ReplayBuffer`` are
 the same class. See :class:`~replaystore.transitions.buffer.ReplayBuffer`.
 
-Modules: ``schema`` (columns and validation), ``storage`` (RAM / memmap / CUDA
-columns), ``prioritized`` (proportional priorities over a SumTree),
-``checkpoint`` (atomic save/load), ``buffer`` (the ring and its API).
+Modules: ``schema`` (columns and validation), ``storage`` (where the columns
+live: RAM / memmap / CUDA), ``writer`` (where new items go: the ring cursor and
+the checked copy of adds), ``sampler`` (which items are picked: random draws,
+epochs, gathers), ``prioritized`` (proportional priorities over a SumTree),
+``checkpoint`` (atomic save/load), ``buffer`` (the composition and its API).
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ Conversion rules for values:
 * ``torch.Tensor`` and ``numpy.ndarray``/numpy scalars keep their dtype;
 * Python ``bool`` -> ``torch.bool``, ``int`` -> ``torch.int64``, ``float`` ->
   torch's default dtype (``float32``), ``complex`` -> ``complex64``;
-* lists and tuples go through ``numpy.asarray``.
+* lists and tuples go through ``numpy.asarray``;
+* ``bytes``, ``bytearray`` and ``str`` are refused (``SchemaError`` naming the
+  key), on every add path: they are text or raw data, not arrays, and NumPy
+  would read them as one string scalar or as bytes depending on the type.
+  ``numpy.frombuffer(value, dtype=numpy.uint8)`` makes an array of raw bytes.
 
 A later value is accepted when its dtype casts to the column dtype under torch's
 ``same_kind`` rule (``torch.can_cast``): float64 into a float32 column is fine,
@@ -37,6 +41,7 @@ __all__ = [
     "dtype_name",
     "infer_fields",
     "numpy_dtype",
+    "raw_bytes_error",
     "schema_error",
 ]
 
@@ -166,12 +171,30 @@ def _new_column_dtype(value: Any, dtype: torch.dtype) -> torch.dtype:
     return dtype
 
 
+_RAW_TYPES = (bytes, bytearray, str)
+
+
+def raw_bytes_error(key: str, value: Any) -> SchemaError | None:
+    """The error for a ``bytes``/``bytearray``/``str`` value of ``key``, else None.
+
+    Every add path (compiled or NumPy, single or batch, first add or later)
+    applies this one rule, so they accept and refuse the same inputs.
+    """
+    if not isinstance(value, _RAW_TYPES):
+        return None
+    return SchemaError(
+        f"key {key!r} holds {type(value).__name__}, which is not an array: store raw bytes "
+        "as numpy.frombuffer(value, dtype=numpy.uint8) (and text outside the buffer)"
+    )
+
+
 def as_flat_mapping(experience: Any, *, batched: bool) -> Mapping[str, Any]:
     """The experience as a mapping of string keys to leaf values.
 
     Raises:
         SchemaError: not a mapping or TensorDict, a non-string key, a nested
-            mapping, or (for a TensorDict) a batch size that does not fit ``batched``.
+            mapping, raw bytes or text (:func:`raw_bytes_error`), or (for a
+            TensorDict) a batch size that does not fit ``batched``.
     """
     if isinstance(experience, TensorDictBase):
         bs = tuple(experience.batch_size)
@@ -196,6 +219,9 @@ def as_flat_mapping(experience: Any, *, batched: bool) -> Mapping[str, Any]:
                 f"key {key!r} holds a nested mapping; nested keys are not supported "
                 "(flatten them first, e.g. TensorDict.flatten_keys('.'))"
             )
+        err = raw_bytes_error(key, value)
+        if err is not None:
+            raise err
     return experience
 
 
@@ -205,7 +231,7 @@ def infer_fields(
     """Column specs from a first experience (or first batch when ``batched``).
 
     Raises:
-        SchemaError: no keys, a reserved key, an unsupported dtype, or (batched)
+        SchemaError: no keys, a reserved key, raw bytes or text, an unsupported dtype, or (batched)
             a value without a leading batch dimension.
     """
     if not experience:
@@ -216,6 +242,9 @@ def infer_fields(
             raise SchemaError(
                 f"key {key!r} is reserved: prioritized samples add {', '.join(reserved)} entries"
             )
+        err = raw_bytes_error(key, value)
+        if err is not None:
+            raise err
         dtype, shape, readable = _value_dtype_shape(value)
         if dtype is None:
             raise SchemaError(
@@ -255,6 +284,9 @@ def schema_error(
         )
     lead: tuple[str, int] | None = None
     for key, spec in fields.items():
+        err = raw_bytes_error(key, experience[key])
+        if err is not None:
+            return err
         dtype, shape, readable = _value_dtype_shape(experience[key])
         if batched:
             if not shape:
