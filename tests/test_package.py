@@ -76,3 +76,41 @@ def test_pipeline_exports_webgym_utils_names() -> None:
     assert pipeline.TaskHistoryManager is task_history_manager.TaskHistoryManager
     assert pipeline.encode_image_to_file_url is image_utils.encode_image_to_file_url
     assert pipeline.load_all_trajectories is trajectory_storage.load_all_trajectories
+
+
+def test_package_ships_a_py_typed_marker() -> None:
+    # PEP 561: without it, type checkers ignore replaystore's inline annotations.
+    from importlib.resources import files
+
+    assert files("replaystore").joinpath("py.typed").is_file()
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads(
+        (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    )
+    assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["replaystore"]
+
+
+@pytest.mark.slow
+def test_built_wheel_contains_py_typed_and_the_site_data(tmp_path) -> None:
+    import shutil
+    import zipfile
+    from pathlib import Path
+
+    # Built from a copy: setuptools leaves build/ beside the sources it builds.
+    root, copy = Path(__file__).resolve().parents[1], tmp_path / "src-copy"
+    copy.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(root / name, copy / name)
+    skip = shutil.ignore_patterns("*.so", "__pycache__", "*.egg-info")
+    shutil.copytree(root / "src", copy / "src", ignore=skip)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         str(copy), "-w", str(tmp_path / "wheels")],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = (tmp_path / "wheels").glob("replaystore-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "replaystore/py.typed" in names
+    assert "replaystore/rollouts/sites/tasks.jsonl" in names
