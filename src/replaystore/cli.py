@@ -11,6 +11,7 @@ Subcommands:
   ``postgresql://`` URL) into another, verifying the row count;
 * ``import-webgym FILE... --out DIR``: import WebGym ``.pt`` iteration files
   safely (no pickle code runs) into a trajectory storage;
+* ``view PATH``: a local, read-only web page over any of those stores;
 * ``info``: versions, the active compiled kernels and the optional packages
   present (``--version`` prints the short form).
 
@@ -34,6 +35,7 @@ import logging
 import math
 import platform
 import re
+import shlex
 import sqlite3
 import sys
 import time
@@ -189,7 +191,24 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     for line in _table(("part", "seconds", "outputs"), rows, "lrl", indent="  "):
         print(line)
     print(f"  total {sum(s for _, s, _ in done):.1f} s")
+    views = _demo_view_paths([d for _, _, d in done])
+    if views:
+        print("\nlook at the outputs in a browser (read-only; Ctrl-C stops):")
+        for path in views:
+            print(f"  replaystore view {shlex.quote(str(path))}")
     return 0
+
+
+def _demo_view_paths(part_dirs: Sequence[Path]) -> list[Path]:
+    """What ``replaystore view`` opens among the demo parts' outputs that exist."""
+    candidates = ("storage", "experience.sqlite", "checkpoint/buffer.metadata")
+    out = []
+    for directory in part_dirs:
+        for name in candidates:
+            if (directory / name).exists():
+                # the trajectories part: its directory (storage/ and screenshots/ inside)
+                out.append(directory if name == "storage" else directory / name)
+    return out
 
 
 # --------------------------------------------------------------------------- stats
@@ -897,6 +916,65 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- view
+
+
+def _view_target(text: str) -> tuple[str, str, Path | None]:
+    """``(kind, target, default image root)`` of ``replaystore view``'s PATH argument.
+
+    Kinds are detected as ``stats`` detects them; a directory holding a trajectory
+    storage in ``storage/`` (a demo or rollout output directory) opens that storage
+    with screenshots allowed from the whole directory.
+    """
+    from replaystore.experience.storage.urls import is_postgres_url
+
+    if is_postgres_url(text):
+        return "postgres_experience_store", text, None
+    path = _store_path(text)
+    if path.is_dir() and not (path / "buffer.json").is_file():
+        from replaystore.trajectories.storage import TrajectoryStorage
+
+        inner = path / "storage"
+        has_files = TrajectoryStorage(path, stale_temp_age_s=None).files()
+        if not has_files and TrajectoryStorage(inner, stale_temp_age_s=None).files():
+            return "trajectory_storage", str(inner), path
+    kind, target = _detect(path)
+    return kind, str(target), None
+
+
+def _cmd_view(args: argparse.Namespace) -> int:
+    from replaystore.view import serve
+
+    kind, target, image_root = _view_target(args.path)
+    if args.image_root is not None:
+        if kind != "trajectory_storage":
+            raise _UsageError("--image-root applies to a trajectory storage only")
+        image_root = Path(args.image_root)
+        if not image_root.is_dir():
+            raise _UsageError(f"--image-root {image_root} is not a directory")
+    options = {"image_root": image_root} if kind == "trajectory_storage" else {}
+
+    def ready(url: str) -> None:
+        print(f"replaystore view: {kind.replace('_', ' ')} {target}", flush=True)
+        print(f"  serving on {url} (read-only; Ctrl-C stops)", flush=True)
+
+    try:
+        serve(
+            kind,
+            target,
+            host=args.host,
+            port=args.port,
+            open_browser=args.open,
+            on_ready=ready,
+            **options,
+        )
+    except ImportError as exc:
+        raise _UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -1151,6 +1229,35 @@ def _parser() -> _Parser:
     ro.add_argument("--out", required=True, help="run directory")
     ro.add_argument("--logger", choices=("none", "wandb", "tensorboard"), default="none")
     ro.set_defaults(func=_cmd_rollout)
+
+    view = sub.add_parser(
+        "view",
+        help="browse a store in a local, read-only web page",
+        description="Serve a read-only web app over PATH: a trajectory storage directory (or a "
+        "directory with one in storage/, like the demo's and rollout's outputs), a SQLite "
+        "experience store, a postgresql:// URL, a transitions checkpoint or a memory-mapped "
+        "transitions buffer. Binds 127.0.0.1 unless --host says otherwise. Nothing in PATH is "
+        "ever written. Needs the view extra.",
+    )
+    view.add_argument("path", metavar="PATH", help="the store (as for 'replaystore stats')")
+    view.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="interface to bind (default: %(default)s; another one is reachable by others "
+        "and gets a warning)",
+    )
+    view.add_argument(
+        "--port", type=_int_at_least(0), default=8765, help="TCP port (default: %(default)s)"
+    )
+    view.add_argument("--open", action="store_true", help="open the page in a web browser")
+    view.add_argument(
+        "--image-root",
+        metavar="DIR",
+        default=None,
+        help="serve screenshots only from inside DIR (default: the storage directory, or "
+        "the directory given as PATH)",
+    )
+    view.set_defaults(func=_cmd_view)
 
     info = sub.add_parser(
         "info",

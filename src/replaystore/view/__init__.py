@@ -1,0 +1,122 @@
+"""``replaystore view``: a local, read-only web app over any store replaystore writes.
+
+Stores: a trajectory storage directory (overview charts, filtered trajectory
+list, step-by-step pages with the screenshot, click point, raw response,
+reward, evaluation and the exact export record), a SQLite or PostgreSQL
+experience store (tasks, rows with a QueryBuilder filter form, one row's JSON),
+a transitions checkpoint or memory-mapped buffer (schema, fill, histograms).
+
+Use it from the command line (``replaystore view PATH``) or in Python::
+
+    from replaystore.view import build_app, serve
+    app = build_app("trajectory_storage", "runs/storage")   # an ASGI app
+    serve("trajectory_storage", "runs/storage", port=8765)  # blocks; Ctrl-C stops
+
+Safety: binds 127.0.0.1 unless told otherwise (and then logs a warning: the
+pages show everything in the store, with no login); never writes to the store;
+serves screenshots only from inside the image root. Needs the ``view`` extra
+(``pip install 'replaystore[view]'``: Starlette, Jinja2, uvicorn).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import webbrowser
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "build_app", "serve"]
+
+logger = logging.getLogger("replaystore.view")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _require() -> None:
+    missing = []
+    for name in ("starlette", "jinja2", "uvicorn"):
+        try:
+            __import__(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ImportError(
+            f"replaystore view needs {', '.join(missing)}: pip install 'replaystore[view]'"
+        )
+
+
+def build_app(kind: str, target: str | os.PathLike[str], **options: Any) -> Starlette:
+    """The viewer's ASGI app (see :func:`replaystore.view.app.build_app` for the arguments).
+
+    Raises:
+        ImportError: the ``view`` extra is missing (the message says what to install).
+    """
+    _require()
+    from replaystore.view.app import build_app as build
+
+    return build(kind, target, **options)
+
+
+def serve(
+    kind: str,
+    target: str | os.PathLike[str],
+    *,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    open_browser: bool = False,
+    image_root: str | os.PathLike[str] | None = None,
+    on_ready: Any = None,
+) -> None:
+    """Serve the viewer until interrupted (blocks).
+
+    Args:
+        kind, target: the store (as for :func:`build_app`).
+        host: interface to bind; anything but 127.0.0.1/localhost/::1 logs a
+            warning (everyone who can reach it sees the whole store).
+        port: TCP port (0: any free port).
+        open_browser: open the start page in the default web browser.
+        image_root: directory screenshots must lie in (default: the storage).
+        on_ready: called with the URL once the server listens.
+
+    Raises:
+        ImportError: the ``view`` extra is missing.
+        ReplayStoreError: the store cannot be opened.
+        OSError: the port cannot be bound.
+    """
+    app = (
+        build_app(kind, target, image_root=image_root)
+        if kind == "trajectory_storage"
+        else (build_app(kind, target))
+    )
+    import uvicorn
+
+    if host not in _LOCAL_HOSTS:
+        logger.warning(
+            "serving on %s: anyone who can reach this address can read the whole store "
+            "(no login); use the default 127.0.0.1 unless you mean it",
+            host,
+        )
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+
+    def announce() -> None:
+        while not server.started:
+            if server.should_exit:
+                return
+            threading.Event().wait(0.05)
+        bound = server.servers[0].sockets[0].getsockname()[1] if server.servers else port
+        shown = f"[{host}]" if ":" in host else host
+        url = f"http://{shown}:{bound}/"
+        if on_ready is not None:
+            on_ready(url)
+        if open_browser:
+            webbrowser.open(url)
+
+    threading.Thread(target=announce, daemon=True).start()
+    server.run()

@@ -1,0 +1,348 @@
+"""What the viewer knows about a trajectory storage: a per-trajectory summary index.
+
+Built once when the app starts, from the iteration files' headers (lengths,
+final rewards, dummy and same-screenshot flags, byte offsets of every step
+line) plus two line reads per trajectory: its first step (the task: name,
+website, difficulty) and its last step (``reward.is_blocked``). Pages then
+filter and count with NumPy over these arrays and read the few step lines they
+show by seeking to their offsets; no page loads every step.
+
+Memory: about 40 bytes per trajectory plus its task name, and 17 bytes per step
+(offset, CRC, flag): a million steps take tens of MB.
+
+Read-only: the storage is opened with ``stale_temp_age_s=None`` (it would
+otherwise remove abandoned temporary files) and files are opened for reading.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from replaystore.errors import StorageError
+from replaystore.trajectories.storage import TrajectoryStorage
+
+__all__ = ["TrajectoryFilter", "TrajectoryIndex"]
+
+logger = logging.getLogger("replaystore.view.trajectories")
+
+
+@dataclass(frozen=True, slots=True)
+class TrajectoryFilter:
+    """The list page's filters (None: no restriction on that attribute).
+
+    ``success``/``blocked``: True keeps only successful/blocked trajectories, False
+    only the others. ``text``: case-insensitive substring of the task name.
+    ``min_reward``/``max_reward``: inclusive bounds on the final reward.
+    """
+
+    iteration: int | None = None
+    website: str | None = None
+    difficulty: str | None = None
+    success: bool | None = None
+    blocked: bool | None = None
+    min_reward: float | None = None
+    max_reward: float | None = None
+    text: str | None = None
+
+
+def _label(value: Any) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+class TrajectoryIndex:
+    """Per-trajectory arrays of a trajectory storage (see the module docstring).
+
+    Args:
+        root: the storage directory (iteration files).
+        success_threshold: a non-dummy trajectory is successful when its final
+            reward is >= this.
+
+    Raises:
+        StorageError: no iteration files under ``root``, or a file is damaged.
+
+    Cost: the headers of every file, plus two step lines per trajectory (about
+    2-4 s per 100,000 trajectories on one core).
+    """
+
+    def __init__(self, root: str | Path, *, success_threshold: float = 1.0) -> None:
+        self.root = Path(root)
+        self.storage = TrajectoryStorage(self.root, stale_temp_age_s=None)
+        self.success_threshold = float(success_threshold)
+        files = self.storage.readable_files()
+        if not files:
+            raise StorageError(f"no trajectory iteration files (iteration_*.jsonl) under {root}")
+        self.files: list[Path] = []
+        traj_parts: dict[str, list[NDArray[Any]]] = {
+            k: [] for k in ("file", "local", "first", "length", "iteration", "reward", "dummy")
+        }
+        offsets, crcs, same = [], [], []
+        names: list[str] = []
+        websites: list[str] = []
+        difficulties: list[str] = []
+        blocked: list[bool] = []
+        first_pos = 0
+        for file_id, f in enumerate(files):
+            # The storage's own header reader: it checks size, last line and checksums.
+            header = self.storage._read_header(f)
+            self.files.append(f.path)
+            n_traj = int(header.lengths.size)
+            lengths = header.lengths.astype(np.int64)
+            starts = np.cumsum(lengths) - lengths
+            line_off = header.body_start + np.cumsum(header.line_lengths) - header.line_lengths
+            offsets.append(line_off.astype(np.int64))
+            crcs.append(header.line_crc.astype(np.int64))
+            same.append(header.same.astype(bool))
+            rewards = np.array(
+                [
+                    float(r)
+                    if isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r)
+                    else float(bool(r))
+                    if isinstance(r, bool)
+                    else math.nan
+                    for r in header.final_rewards
+                ],
+                dtype=float,
+            )
+            traj_parts["file"].append(np.full(n_traj, file_id, dtype=np.int32))
+            traj_parts["local"].append(np.arange(n_traj, dtype=np.int32))
+            traj_parts["first"].append(first_pos + starts)
+            traj_parts["length"].append(lengths)
+            traj_parts["iteration"].append(np.full(n_traj, f.iteration, dtype=np.int64))
+            traj_parts["reward"].append(rewards)
+            traj_parts["dummy"].append(header.dummy.astype(bool))
+            with open(f.path, "rb") as handle:
+                for t in range(n_traj):
+                    s0 = int(starts[t])
+                    first = _read_json(handle, int(line_off[s0]), int(header.line_lengths[s0]))
+                    last_i = s0 + int(lengths[t]) - 1
+                    last = (
+                        first
+                        if last_i == s0
+                        else _read_json(
+                            handle, int(line_off[last_i]), int(header.line_lengths[last_i])
+                        )
+                    )
+                    task = _get(first, "step", "observation", "task")
+                    names.append(str(task.get("task_name") or ""))
+                    websites.append(_label(task.get("website")))
+                    difficulties.append(_label(task.get("difficulty")))
+                    blocked.append(bool(_get(last, "step", "reward").get("is_blocked")))
+            first_pos += header.num_steps
+        cat = {k: np.concatenate(v) for k, v in traj_parts.items()}
+        self.traj_file: NDArray[np.int32] = cat["file"]
+        self.traj_local: NDArray[np.int32] = cat["local"]
+        self.traj_first: NDArray[np.int64] = cat["first"].astype(np.int64)
+        self.traj_length: NDArray[np.int64] = cat["length"]
+        self.traj_iteration: NDArray[np.int64] = cat["iteration"]
+        self.traj_reward: NDArray[np.float64] = cat["reward"]
+        self.traj_dummy: NDArray[np.bool_] = cat["dummy"]
+        self.traj_blocked = np.array(blocked, dtype=bool)
+        self.step_offset: NDArray[np.int64] = np.concatenate(offsets)
+        self.step_crc: NDArray[np.int64] = np.concatenate(crcs)
+        self.step_same: NDArray[np.bool_] = np.concatenate(same)
+        self.step_file: NDArray[np.int32] = np.repeat(self.traj_file, self.traj_length)
+        self.task_names = names
+        self._names_lower = np.array([n.lower() for n in names], dtype=str)
+        self.websites, self.traj_website = _codes(websites)
+        self.difficulties, self.traj_difficulty = _codes(difficulties)
+        with np.errstate(invalid="ignore"):
+            self.traj_success = (
+                ~self.traj_dummy
+                & np.isfinite(self.traj_reward)
+                & (self.traj_reward >= self.success_threshold)
+            )
+        ends = self.traj_first + self.traj_length
+        same_cum = np.concatenate([[0], np.cumsum(self.step_same, dtype=np.int64)])
+        self.traj_same = same_cum[ends] - same_cum[self.traj_first]
+        self.iterations = sorted(set(self.traj_iteration.tolist()))
+        logger.info(
+            "indexed %d trajectories (%d steps) in %d files under %s",
+            self.num_trajectories,
+            self.num_steps,
+            len(self.files),
+            self.root,
+        )
+
+    # ------------------------------------------------------------------ counts
+
+    @property
+    def num_trajectories(self) -> int:
+        return int(self.traj_file.size)
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.step_offset.size)
+
+    def _rates(self, codes: NDArray[Any], n: int) -> tuple[NDArray[np.float64], NDArray[Any]]:
+        valid = ~self.traj_dummy
+        total = np.bincount(codes[valid], minlength=n)
+        won = np.bincount(codes[valid & self.traj_success], minlength=n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rate = np.where(total > 0, won / np.maximum(total, 1), np.nan)
+        return rate, np.stack([won, total], axis=1)
+
+    def overview(self) -> dict[str, Any]:
+        """Counts and success rates (non-dummy trajectories) per iteration, website, difficulty.
+
+        Returns:
+            ``{"trajectories", "steps", "dummy", "successful", "success_rate",
+            "blocked_trajectories", "blocked_sites": [names], "same_screenshot_steps",
+            "by_iteration" | "by_website" | "by_difficulty": [(label, rate, won, total)]}``.
+
+        Cost: a few ``bincount`` passes over the trajectory arrays, O(trajectories).
+        """
+        its = np.array(self.iterations)
+        it_codes = np.searchsorted(its, self.traj_iteration)
+        out: dict[str, Any] = {}
+        for key, codes, labels in (
+            ("by_iteration", it_codes, [str(i) for i in self.iterations]),
+            ("by_website", self.traj_website, self.websites),
+            ("by_difficulty", self.traj_difficulty, self.difficulties),
+        ):
+            rate, counts = self._rates(codes, len(labels))
+            out[key] = [
+                (label, float(r), int(c[0]), int(c[1]))
+                for label, r, c in zip(labels, rate.tolist(), counts.tolist(), strict=True)
+            ]
+        valid = int((~self.traj_dummy).sum())
+        won = int(self.traj_success.sum())
+        blocked_sites = np.unique(self.traj_website[self.traj_blocked])
+        out.update(
+            trajectories=self.num_trajectories,
+            steps=self.num_steps,
+            dummy=int(self.traj_dummy.sum()),
+            successful=won,
+            success_rate=won / valid if valid else math.nan,
+            blocked_trajectories=int(self.traj_blocked.sum()),
+            blocked_sites=[self.websites[i] for i in blocked_sites.tolist()],
+            same_screenshot_steps=int(self.step_same.sum()),
+        )
+        return out
+
+    # ------------------------------------------------------------------ filtering
+
+    def select(self, f: TrajectoryFilter) -> NDArray[np.int64]:
+        """Trajectory ids (ascending, i.e. collection order) that pass ``f``.
+
+        Cost: vectorised comparisons over the trajectory arrays, O(trajectories);
+        the text search is NumPy's substring search over the lower-cased names.
+        """
+        mask = np.ones(self.num_trajectories, dtype=bool)
+        if f.iteration is not None:
+            mask &= self.traj_iteration == f.iteration
+        if f.website is not None:
+            code = self.websites.index(f.website) if f.website in self.websites else -1
+            mask &= self.traj_website == code
+        if f.difficulty is not None:
+            code = (
+                self.difficulties.index(f.difficulty) if f.difficulty in self.difficulties else -1
+            )
+            mask &= self.traj_difficulty == code
+        if f.success is not None:
+            mask &= self.traj_success == f.success
+        if f.blocked is not None:
+            mask &= self.traj_blocked == f.blocked
+        with np.errstate(invalid="ignore"):
+            if f.min_reward is not None:
+                mask &= self.traj_reward >= f.min_reward
+            if f.max_reward is not None:
+                mask &= self.traj_reward <= f.max_reward
+        if f.text:
+            ids = np.flatnonzero(mask)
+            hits = np.char.find(self._names_lower[ids], f.text.lower()) >= 0
+            return ids[hits].astype(np.int64)
+        return np.flatnonzero(mask).astype(np.int64)
+
+    def summary(self, tid: int) -> dict[str, Any]:
+        """The list row of trajectory ``tid`` (no file read)."""
+        reward = float(self.traj_reward[tid])
+        return {
+            "id": int(tid),
+            "iteration": int(self.traj_iteration[tid]),
+            "file": self.files[int(self.traj_file[tid])].name,
+            "local": int(self.traj_local[tid]),
+            "task": self.task_names[tid],
+            "website": self.websites[int(self.traj_website[tid])],
+            "difficulty": self.difficulties[int(self.traj_difficulty[tid])],
+            "steps": int(self.traj_length[tid]),
+            "reward": None if math.isnan(reward) else reward,
+            "success": bool(self.traj_success[tid]),
+            "blocked": bool(self.traj_blocked[tid]),
+            "dummy": bool(self.traj_dummy[tid]),
+            "same_steps": int(self.traj_same[tid]),
+        }
+
+    # ------------------------------------------------------------------ reading steps
+
+    def read_steps(
+        self, tid: int, first: int = 0, count: int | None = None
+    ) -> list[dict[str, Any]]:
+        """Steps ``first .. first+count-1`` of trajectory ``tid`` (all by default), decoded.
+
+        Each step is a WebGym mapping with component objects (screenshot paths
+        absolute); every line's CRC32 is checked (version 2 files).
+
+        Raises:
+            IndexError: ``tid`` or the step range is out of range.
+            StorageError: a line is damaged, or its file changed or vanished since indexing.
+        """
+        if not 0 <= tid < self.num_trajectories:
+            raise IndexError(f"trajectory {tid} out of range (0..{self.num_trajectories - 1})")
+        length = int(self.traj_length[tid])
+        count = length - first if count is None else count
+        if first < 0 or count < 0 or first + count > length:
+            raise IndexError(f"steps {first}..{first + count - 1} out of range for {length} steps")
+        path = self.files[int(self.traj_file[tid])]
+        pos = int(self.traj_first[tid]) + first
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(int(self.step_offset[pos]))
+                lines = [handle.readline() for _ in range(count)]
+        except FileNotFoundError:
+            raise StorageError(
+                f"{path} was removed after the viewer indexed it (merge or cleanup): "
+                "restart the viewer"
+            ) from None
+        out = []
+        for i, line in enumerate(lines):
+            where = f"trajectory {tid} step {first + i} ({path.name})"
+            t, s, step = self.storage._decode_line(line, where, int(self.step_crc[pos + i]))
+            if t != int(self.traj_local[tid]) or s != first + i:
+                raise StorageError(f"{where}: the file changed after the viewer indexed it")
+            step["same_as_next_screenshot"] = bool(self.step_same[pos + i])
+            out.append(step)
+        return out
+
+
+def _read_json(handle: Any, offset: int, length: int) -> dict[str, Any]:
+    handle.seek(offset)
+    raw = handle.read(length)
+    try:
+        record = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise StorageError(f"{handle.name}: malformed step line at byte {offset} ({exc})") from None
+    if not isinstance(record, dict):
+        raise StorageError(f"{handle.name}: step line at byte {offset} is not an object")
+    return record
+
+
+def _get(record: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
+    value: Any = record
+    for key in keys:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
+def _codes(labels: list[str]) -> tuple[list[str], NDArray[np.int64]]:
+    """Sorted distinct labels and each item's code into them."""
+    uniq, codes = np.unique(np.array(labels, dtype=object).astype(str), return_inverse=True)
+    return [str(u) for u in uniq.tolist()], codes.astype(np.int64)
