@@ -23,9 +23,32 @@ from typing import Any, cast
 import torch
 from tensordict import TensorDict
 
-__all__ = ["FAST_PATH", "batch_tensordict", "public_tensordict"]
+__all__ = [
+    "FAST_PATH",
+    "SUPPORTED",
+    "batch_tensordict",
+    "in_supported_range",
+    "public_tensordict",
+]
 
 log = logging.getLogger("replaystore.tensordict")
+
+SUPPORTED = ">=0.5,<0.16"
+"""The tensordict versions replaystore is tested with (``pyproject.toml`` pins the same)."""
+_LOWEST, _FIRST_UNTESTED = (0, 5), (0, 16)
+
+
+def in_supported_range(version: str) -> bool:
+    """Whether tensordict ``version`` (``"0.15.3"``, ``"0.16.0rc1"``...) is in :data:`SUPPORTED`.
+
+    Compares major.minor only; an unparsable version is out of range.
+    """
+    parts = version.split(".")
+    try:
+        key = (int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or "x"))
+    except (IndexError, ValueError):
+        return False
+    return _LOWEST <= key < _FIRST_UNTESTED
 
 _Builder = Callable[[dict[str, torch.Tensor], int, torch.device], TensorDict]
 

@@ -788,7 +788,19 @@ def _environment_info() -> dict[str, Any]:
             "torch_cuda": torch.version.cuda,
         },
         "kernels": kernel_report(),
+        "tensordict": _tensordict_info(),
         "optional": _optional_packages(),
+    }
+
+
+def _tensordict_info() -> dict[str, Any]:
+    from replaystore import _tensordict_compat as compat
+
+    version = _dist_version("tensordict") or ""
+    return {
+        "supported": compat.SUPPORTED,
+        "in_supported_range": compat.in_supported_range(version),
+        "fast_path": compat.FAST_PATH,
     }
 
 
@@ -891,6 +903,15 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(line)
     build = f"torch built for CUDA {cuda['torch_cuda']}" if cuda["torch_cuda"] else "CPU-only torch"
     print(f"  CUDA: {gpus} ({build})")
+    td = info["tensordict"]
+    if td["in_supported_range"] and td["fast_path"]:
+        print(f"  tensordict: in the tested range {td['supported']}, fast sample path")
+    else:
+        where = "in" if td["in_supported_range"] else "OUTSIDE"
+        path = "fast sample path" if td["fast_path"] else (
+            "samples built with the public TensorDict() (about 4 us more per sample)"
+        )
+        print(f"  tensordict: {where} the tested range {td['supported']}; {path}")
     print("\ncompiled kernels:")
     active = {"c": "compiled", "numpy": "NumPy", "error": "ERROR"}
     kernels = [(k["name"], active[k["active"]], k["used_by"], k["note"]) for k in info["kernels"]]

@@ -101,3 +101,16 @@ def test_info_is_listed_in_the_top_level_help(capsys):
     assert main(["--help"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "info" in [line.split()[0] for line in lines if line.startswith("    ")]
+
+
+def test_info_reports_the_tensordict_range_and_sample_path(capsys, monkeypatch):
+    from replaystore import _tensordict_compat as compat
+
+    td = info_json(capsys)["tensordict"]
+    assert td == {"supported": compat.SUPPORTED, "in_supported_range": True, "fast_path": True}
+    assert "tensordict: in the tested range >=0.5,<0.16, fast sample path" in info_text(capsys)
+    # A tensordict release outside the range whose private constructor changed.
+    monkeypatch.setattr(compat, "FAST_PATH", False)
+    monkeypatch.setattr(compat, "in_supported_range", lambda version: False)
+    text = info_text(capsys)
+    assert "tensordict: OUTSIDE the tested range >=0.5,<0.16; samples built with the public" in text
