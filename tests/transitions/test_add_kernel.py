@@ -432,3 +432,124 @@ def test_raw_bytes_cannot_define_a_schema(backend: str) -> None:
         with pytest.raises(SchemaError, match=r"'frame'.*frombuffer"):
             buf.add_batch({"frame": bytearray(b"\x00\x01")})
         assert buf.fields is None
+
+
+# Columns for the property test below: every kind of value is tried in each.
+PROP_SPEC: dict[str, tuple[tuple[int, ...], Any]] = {
+    "frame": ((4,), np.uint8),
+    "small": ((), np.uint8),
+    "obs": ((3,), np.float32),
+    "action": ((), np.int64),
+}
+_TYPECODES = {np.dtype(np.uint8): "B", np.dtype(np.float32): "f", np.dtype(np.int64): "q"}
+VALUE_KINDS = [
+    "exact",
+    "float64",
+    "int32",
+    "bool",
+    "wrong-shape",
+    "bytes",
+    "bytearray",
+    "str",
+    "memoryview",
+    "array.array",
+    "numpy-scalar",
+    "python-int",
+    "python-big-int",
+    "python-negative-int",
+    "python-float",
+    "python-bool",
+    "list",
+    "tensor",
+]
+
+
+def _value(kind: str, shape: tuple[int, ...], dtype: Any, lead: tuple[int, ...], x: int) -> Any:
+    """A value of ``kind`` for a column of item ``shape``/``dtype`` (``lead``: batch dims)."""
+    full = (*lead, *shape)
+    exact = np.asarray(np.arange(int(np.prod(full))).reshape(full) + x, dtype=dtype)
+    raw = exact.astype(np.uint8).tobytes()
+    simple: dict[str, Any] = {
+        "exact": exact,
+        "float64": exact.astype(np.float64),
+        "int32": exact.astype(np.int32),
+        "bool": exact.astype(bool),
+        "wrong-shape": np.zeros((*full, 2), dtype),
+        "bytes": raw,
+        "bytearray": bytearray(raw),
+        "str": "x" * max(len(raw), 1),
+        "memoryview": memoryview(exact),
+        "list": exact.tolist(),
+        "tensor": torch.from_numpy(exact.copy()),
+    }
+    if kind in simple:
+        return simple[kind]
+    if kind == "array.array":
+        import array
+
+        return array.array(_TYPECODES[np.dtype(dtype)], exact.reshape(-1).tolist())
+    scalar = {
+        "numpy-scalar": np.dtype(dtype).type(x % 100),
+        "python-int": x % 100,
+        "python-big-int": 2**40 + x,
+        "python-negative-int": -1 - x,
+        "python-float": x + 0.5,
+        "python-bool": bool(x % 2),
+    }[kind]
+    return np.full(lead, scalar).tolist() if lead else scalar
+
+
+def _outcome(buf: ReplayBuffer, call: str, experience: dict[str, Any]) -> tuple[Any, ...]:
+    """What an add did: the error type, or the cursor and the stored bytes."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NumPy's cast warnings are the same on both paths
+        try:
+            getattr(buf, call)(experience)
+        except SchemaError:
+            return ("SchemaError", buf.pointer, len(buf), _stored(buf))
+    return ("ok", buf.pointer, len(buf), _stored(buf))
+
+
+def _assert_paths_agree(kinds: dict[str, str], batched: bool, n: int, x: int) -> None:
+    lead = (n,) if batched else ()
+    experience = {
+        key: _value(kinds[key], shape, dtype, lead, x) for key, (shape, dtype) in PROP_SPEC.items()
+    }
+    outcomes = []
+    for backend in ("c", "numpy"):
+        with ReplayBuffer("cpu", "cpu", 4, storage="memory", add_backend=backend) as buf:
+            first = {k: np.zeros((3, *shape), dtype) for k, (shape, dtype) in PROP_SPEC.items()}
+            buf.add_batch(first)  # the schema, and rows a partial write would change
+            outcomes.append(_outcome(buf, "add_batch" if batched else "add", experience))
+    assert outcomes[0] == outcomes[1]
+
+
+@needs_kernel
+@pytest.mark.parametrize("batched", [False, True], ids=["add", "add_batch"])
+@pytest.mark.parametrize("kind", VALUE_KINDS)
+@pytest.mark.parametrize("key", list(PROP_SPEC))
+def test_each_kind_of_value_is_accepted_or_refused_alike_by_both_paths(
+    key: str, kind: str, batched: bool
+) -> None:
+    """Every kind of value in every kind of column, the other keys exact (so the
+    compiled path would copy them): both paths refuse, or both store the same bytes."""
+    _assert_paths_agree({k: kind if k == key else "exact" for k in PROP_SPEC}, batched, 3, 7)
+
+
+@needs_kernel
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    kinds=st.fixed_dictionaries(
+        {k: st.one_of(st.just("exact"), st.sampled_from(VALUE_KINDS)) for k in PROP_SPEC}
+    ),
+    batched=st.booleans(),
+    n=st.integers(0, 5),
+    x=st.integers(0, 200),
+)
+def test_compiled_and_numpy_add_accept_refuse_and_store_alike(
+    kinds: dict[str, str], batched: bool, n: int, x: int
+) -> None:
+    """For any mix of value kinds (arrays of every dtype, raw bytes, buffers,
+    scalars, lists, tensors) the compiled and the NumPy add paths both refuse
+    (SchemaError, nothing written) or both store the same bytes."""
+    _assert_paths_agree(kinds, batched, n, x)

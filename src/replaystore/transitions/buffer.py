@@ -682,11 +682,14 @@ class ReplayBuffer:
             EmptyBufferError: falling back, and nothing is stored.
             ArgumentError: falling back, and ``batch_size`` is not a positive integer.
         """
-        schedule = self._epochs
-        if schedule is not None:
-            batch = self._next_epoch_batch(schedule)
-            if batch is not None:
-                return batch
+        if self._epochs is not None:
+            with self._lock:
+                schedule = self._epochs  # read again: another thread may have replaced it
+                if schedule is not None:
+                    idx = schedule.next_indices(self._writer.size, self._sampler)
+                    if idx is not None:
+                        return self._sampler.epoch_batch(idx)
+                    self._epochs = None
         return self.sample_batch(batch_size)
 
     def calculate_num_batches(self, batch_size: int) -> int:
