@@ -20,6 +20,7 @@ serves screenshots only from inside the image root. Needs the ``view`` extra
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import threading
@@ -29,13 +30,27 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "build_app", "serve"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "build_app", "host_warning", "serve"]
 
 logger = logging.getLogger("replaystore.view")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
-_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def host_warning(host: str) -> str | None:
+    """The warning for binding ``host``, or None for a loopback address (127.0.0.0/8,
+    ::1, localhost): any other interface lets others on the network read the store."""
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        loopback = False
+    if loopback:
+        return None
+    return (
+        f"serving on {host}: anyone who can reach this address can read the whole store "
+        "(there is no login); leave --host at 127.0.0.1 unless you mean it"
+    )
 
 
 def _require() -> None:
@@ -77,8 +92,8 @@ def serve(
 
     Args:
         kind, target: the store (as for :func:`build_app`).
-        host: interface to bind; anything but 127.0.0.1/localhost/::1 logs a
-            warning (everyone who can reach it sees the whole store).
+        host: interface to bind; a non-loopback one logs :func:`host_warning`
+            (everyone who can reach it sees the whole store).
         port: TCP port (0: any free port).
         open_browser: open the start page in the default web browser.
         image_root: directory screenshots must lie in (default: the storage).
@@ -96,12 +111,9 @@ def serve(
     )
     import uvicorn
 
-    if host not in _LOCAL_HOSTS:
-        logger.warning(
-            "serving on %s: anyone who can reach this address can read the whole store "
-            "(no login); use the default 127.0.0.1 unless you mean it",
-            host,
-        )
+    warning = host_warning(host)
+    if warning is not None:
+        logger.warning("%s", warning)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
 
