@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from replaystore._kernels import resolve_kernel
+from replaystore.errors import check_int
 
 try:
     from replaystore import _sumtree as _csumtree
@@ -86,7 +87,9 @@ class SumTree:
             ``REPLAYSTORE_SUMTREE`` (default ``"auto"``).
 
     Raises:
-        ValueError: bad capacity, fan-out or backend name.
+        ArgumentError: bad capacity or fan-out (a ``ValueError``; ``ArgumentTypeError``,
+            also a ``TypeError``, when not a number).
+        ValueError: an unknown backend name.
         ImportError: ``backend="c"`` but the compiled kernel is not installed.
     """
 
@@ -97,15 +100,11 @@ class SumTree:
         *,
         backend: Literal["auto", "c", "numpy"] | None = None,
     ) -> None:
-        if int(capacity) != capacity or capacity < 1:
-            raise ValueError(f"SumTree capacity must be a positive integer, got {capacity!r}")
+        self.capacity = check_int(capacity, "SumTree capacity", minimum=1)
         self._kernel = _resolve_backend(backend)
         if fanout is None:
             fanout = 32 if self._kernel is None else 8
-        if int(fanout) != fanout or fanout < 2:
-            raise ValueError(f"SumTree fanout must be an integer >= 2, got {fanout!r}")
-        self.capacity = int(capacity)
-        self.fanout = int(fanout)
+        self.fanout = check_int(fanout, "SumTree fanout", minimum=2)
         # Level 0 is the leaves, then each parent level, the root last. Every
         # level below the root is padded to a multiple of the fan-out, so a
         # level reshaped to (-1, fanout) has one row of children per parent.

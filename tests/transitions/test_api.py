@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDict
 
 import replaystore
-from replaystore.errors import BufferIndexError, EmptyBufferError, SchemaError
+from replaystore.errors import ArgumentError, BufferIndexError, EmptyBufferError, SchemaError
 from replaystore.transitions import ReplayBuffer, TransitionBuffer
 
 from .conftest import batch, ids_of, transition
@@ -336,3 +336,44 @@ def test_sampled_tensordicts_behave_like_ordinary_ones(make_buffer) -> None:
         assert torch.equal(doubled["action"], out["action"] * 2)
         again = TensorDict({k: out[k] for k in out.keys()}, batch_size=out.batch_size)  # noqa: SIM118
         assert again.batch_size == out.batch_size
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"buffer_size": 0},
+        {"buffer_size": 2.5},
+        {"buffer_size": "10"},
+        {"sampler": "lifo"},
+        {"storage": "disk"},
+        {"storage": "memory", "path": "x"},
+        {"sampler": "prioritized", "alpha": -1.0},
+        {"sampler": "prioritized", "beta": float("nan")},
+        {"sampler": "prioritized", "eps": 0.0},
+    ],
+)
+def test_every_bad_constructor_argument_raises_an_argument_error(kwargs: dict) -> None:
+    args = {"device": "cpu", "storing_device": "cpu", "buffer_size": 10, **kwargs}
+    with pytest.raises(ArgumentError):
+        ReplayBuffer(**args)
+
+
+def test_bad_batch_sizes_and_epoch_counts_raise_argument_errors(make_buffer) -> None:
+    buf = make_buffer(8)
+    buf.add_batch(batch(range(8)))
+    calls = [
+        lambda: buf.sample_batch(0),
+        lambda: buf.sample_batch("4"),
+        lambda: buf.create_epoch_iterator(0),
+        lambda: buf.create_epoch_iterator(4, n_epochs=0),
+        lambda: buf.get_steps_and_iterator(-1, 0, 4),
+        lambda: buf.get_steps_and_iterator(1, -1, 4),
+        lambda: buf.calculate_num_batches(1.5),
+        lambda: buf.reset(buffer_size=0),
+    ]
+    for call in calls:
+        with pytest.raises(ArgumentError):
+            call()
+    assert len(buf) == 8  # a refused reset changed nothing
+    with pytest.raises(ArgumentError, match="beta"):
+        buf.beta = -1.0

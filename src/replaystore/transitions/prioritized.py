@@ -16,13 +16,11 @@ is exact because the value they get (the running maximum) only changes in
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 from numpy.typing import NDArray
 
-from replaystore.errors import BufferIndexError, PriorityError
+from replaystore.errors import BufferIndexError, PriorityError, check_number
 from replaystore.sampling import SumTree
 
 __all__ = ["PriorityIndex", "as_index_array"]
@@ -69,17 +67,15 @@ class PriorityIndex:
         beta: importance-sampling exponent, >= 0 (0 gives weights of 1).
         eps: added to ``|priority|`` before the exponent, > 0, so no stored item
             has probability 0.
+
+    Raises:
+        ArgumentError: an exponent or ``eps`` out of range (a ``ValueError``).
     """
 
     def __init__(self, capacity: int, alpha: float, beta: float, eps: float) -> None:
-        for name, value in (("alpha", alpha), ("beta", beta)):
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
-        if not (math.isfinite(eps) and eps > 0):
-            raise ValueError(f"eps must be finite and > 0, got {eps!r}")
-        self.alpha = float(alpha)
-        self.beta = float(beta)
-        self.eps = float(eps)
+        self.alpha = check_number(alpha, "alpha", minimum=0)
+        self.beta = check_number(beta, "beta", minimum=0)
+        self.eps = check_number(eps, "eps", minimum=0, strict=True)
         self.capacity = capacity
         self.tree = SumTree(capacity)
         self.max_priority = 1.0
