@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from pathlib import Path
 
@@ -56,16 +55,18 @@ def test_transitions_outputs(demo_run):
     assert stats["kind"] == "transitions_checkpoint" and stats["data_files_complete"]
 
 
-def test_without_a_browser_the_trajectories_part_is_skipped_with_one_line(tmp_path: Path):
+def test_without_a_browser_the_trajectories_part_is_skipped_with_one_line(
+    tmp_path: Path, monkeypatch
+):
     pytest.importorskip("playwright")
     empty = tmp_path / "empty"
     empty.mkdir()
-    env = {k: v for k, v in os.environ.items() if k != "REPLAYSTORE_CHROMIUM"}
-    env.update(PATH=str(empty), PLAYWRIGHT_BROWSERS_PATH=str(empty))  # no browser anywhere
-    # A subprocess: where the browser is looked for is read from its environment.
-    proc = run_cli_subprocess(
-        "demo", "--quick", "--part", "trajectories", "--out", tmp_path / "out", env=env
-    )
+    # No browser anywhere: both lookups read the environment when the part runs
+    # (Playwright's driver process inherits it).
+    monkeypatch.delenv("REPLAYSTORE_CHROMIUM", raising=False)
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setenv("PLAYWRIGHT_BROWSERS_PATH", str(empty))
+    proc = run_cli("demo", "--quick", "--part", "trajectories", "--out", tmp_path / "out")
     assert proc.returncode == 0, proc.stderr
     part = proc.stdout.split("\n== trajectories ==\n", 1)[1]
     assert part.startswith("  SKIPPED (no browser): no Chromium found: install one"), part
