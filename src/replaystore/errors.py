@@ -160,10 +160,12 @@ def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
         need = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentTypeError(f"{name} must be {need}, got {value!r}")
-    integral = isinstance(value, numbers.Integral)
-    if not (integral or (math.isfinite(value) and float(value).is_integer())):
+    if isinstance(value, numbers.Integral):
+        result = int(value)
+    elif math.isfinite(value) and float(value).is_integer():
+        result = int(float(value))
+    else:
         raise ArgumentError(f"{name} must be {need}, got {value!r}")
-    result = int(value)
     if minimum is not None and result < minimum:
         raise ArgumentError(f"{name} must be {need}, got {value!r}")
     return result

@@ -310,14 +310,12 @@ class ReplayBuffer:
 
     def _create(self, fields: list[FieldSpec]) -> None:
         if self._kind == "memmap":
-            storage: TensorStorage | MemmapStorage = MemmapStorage(
-                self._memmap_dir(), fields, self._capacity
-            )
-            storage.flush(MemmapState(0, 0))
-            storage.remove_other_generations()
+            memmap = MemmapStorage(self._memmap_dir(), fields, self._capacity)
+            memmap.flush(MemmapState(0, 0))
+            memmap.remove_other_generations()
+            self._install(memmap)
         else:
-            storage = TensorStorage(fields, self._capacity, self.storing_device)
-        self._install(storage)
+            self._install(TensorStorage(fields, self._capacity, self.storing_device))
 
     def _reopen(self, directory: Path) -> None:
         meta = MemmapStorage.read_meta(directory)
@@ -741,7 +739,7 @@ class ReplayBuffer:
                 max_priority=self._prio.max_priority,
             )
             priorities = self._prio.values(size)
-        state = self._sampler.numpy_rng.bit_generator.state
+        state = dict(self._sampler.numpy_rng.bit_generator.state)
         return Snapshot(
             capacity=self._capacity,
             size=size,
@@ -849,15 +847,13 @@ class ReplayBuffer:
                     )
         # The torch generator lives on the storing device; its state only fits a
         # generator of the same device type (CPU and CUDA states differ).
-        torch_state: torch.Tensor | None = torch.frombuffer(
-            bytearray(snap.torch_rng), dtype=torch.uint8
-        )
+        torch_state = torch.frombuffer(bytearray(snap.torch_rng), dtype=torch.uint8)
         same_device = snap.torch_rng_device == self.storing_device.type
         try:
             if same_device:
                 torch.Generator(device=self.storing_device).set_state(torch_state)
             bitgen = np.random.PCG64()
-            bitgen.state = snap.numpy_rng
+            bitgen.state = snap.numpy_rng  # type: ignore[assignment]  # PCG64 checks it
         except (RuntimeError, TypeError, ValueError, KeyError) as exc:
             raise CheckpointError(f"checkpoint {path} has an unusable RNG state: {exc}") from exc
         if not same_device:
@@ -868,7 +864,6 @@ class ReplayBuffer:
                 snap.torch_rng_device,
                 self.storing_device.type,
             )
-            torch_state = None
         with self._lock:
             if self._kind == "memmap":
                 storage: TensorStorage | MemmapStorage = MemmapStorage(
@@ -881,7 +876,7 @@ class ReplayBuffer:
             self._install(storage)
             self._writer.reset_cursor(snap.size, snap.pointer)
             self._epochs = None
-            if torch_state is not None:
+            if same_device:
                 self._sampler.torch_generator.set_state(torch_state)
             self._sampler.numpy_rng = np.random.Generator(bitgen)
             if self._prio is not None:

@@ -92,8 +92,8 @@ def _write_bytes(path: Path, data: np.ndarray) -> int:
     with open(path, "wb") as handle:
         for start in range(0, flat.size, _CHUNK):
             chunk = flat[start : start + _CHUNK]
-            handle.write(memoryview(chunk))
-            crc = zlib.crc32(chunk, crc)
+            handle.write(chunk.data)
+            crc = zlib.crc32(chunk.data, crc)
         handle.flush()
         os.fsync(handle.fileno())
     return crc
@@ -176,7 +176,7 @@ def _read_bytes(path: Path, nbytes: int, crc32: int) -> np.ndarray:
     if actual != nbytes:
         raise CheckpointError(f"checkpoint file {path} has {actual} bytes, expected {nbytes}")
     data = np.fromfile(path, dtype=np.uint8)
-    if zlib.crc32(data) != crc32:
+    if zlib.crc32(data.data) != crc32:
         raise CheckpointError(f"checkpoint file {path} is corrupt (CRC-32 mismatch)")
     return data
 

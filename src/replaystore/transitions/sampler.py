@@ -62,6 +62,11 @@ class TransitionSampler:
         numpy_rng: the ``numpy.random.Generator``.
     """
 
+    _columns: dict[str, torch.Tensor]
+    _column_items: list[tuple[str, torch.Tensor]]
+    # (name, NumPy view) of every column when sampling gathers with NumPy, else None.
+    _array_items: list[tuple[str, np.ndarray]] | None
+
     def __init__(
         self, storing_device: torch.device, device: torch.device, seed: int | None
     ) -> None:
@@ -74,35 +79,31 @@ class TransitionSampler:
         self.numpy_rng = np.random.Generator(np.random.PCG64(seq.spawn(1)[0]))
         self._batch_device = None if device == storing_device else device
         # The device keyword costs ~1 us on CPU; CUDA generators need it.
-        self._rand_device = {} if storing_device.type == "cpu" else {"device": storing_device}
+        self._on_cpu = storing_device.type == "cpu"
         self.unbind()
 
     def bind(self, storage: TensorStorage | MemmapStorage) -> None:
         """Gather from ``storage``'s columns from now on."""
         names = [f.name for f in storage.fields]
-        arrays = [storage.arrays[name] for name in names]
+        arrays = [a for a in (storage.arrays[name] for name in names) if a is not None]
         self._columns = dict(storage.columns)
         self._column_items = [(name, storage.columns[name]) for name in names]
-        numpy_rows = all(a is not None for a in arrays)
         # NumPy gathers keep the GIL (good under a busy writer thread) but are single
         # threaded copies: for large rows (Atari frames) torch's index_select is
         # faster (measured 1.48x slower with NumPy at 56 KiB rows), and releasing the
         # GIL during a long copy is what a writer thread wants anyway.
-        row_bytes = (
-            sum(a.itemsize * (a.size // max(len(a), 1)) for a in arrays)  # type: ignore[union-attr]
-            if numpy_rows
-            else 0
+        row_bytes = sum(a.itemsize * (a.size // max(len(a), 1)) for a in arrays)
+        numpy_gathers = (
+            len(arrays) == len(names)
+            and self._batch_device is None
+            and row_bytes <= NUMPY_GATHER_MAX_ROW_BYTES
         )
-        self._array_items: list[tuple[str, np.ndarray]] | None = (
-            list(zip(names, arrays, strict=True))  # type: ignore[arg-type]
-            if numpy_rows and self._batch_device is None and row_bytes <= NUMPY_GATHER_MAX_ROW_BYTES
-            else None
-        )
+        self._array_items = list(zip(names, arrays, strict=True)) if numpy_gathers else None
 
     def unbind(self) -> None:
         """Forget the storage (its views are released)."""
-        self._columns: dict[str, torch.Tensor] = {}
-        self._column_items: list[tuple[str, torch.Tensor]] = []
+        self._columns = {}
+        self._column_items = []
         self._array_items = None
 
     # ------------------------------------------------------------ gathers
@@ -143,7 +144,11 @@ class TransitionSampler:
                 pos = self.numpy_rng.integers(0, size, n)
                 out = {name: torch.from_numpy(a.take(pos, axis=0)) for name, a in arrays}
                 return batch_tensordict(out, n, self.device)
-            idx = torch.randint(size, (n,), generator=self.torch_generator, **self._rand_device)
+            if self._on_cpu:
+                idx = torch.randint(size, (n,), generator=self.torch_generator)
+            else:
+                gen = self.torch_generator
+                idx = torch.randint(size, (n,), generator=gen, device=self.storing_device)
             return self.gather(idx)
         require_items(size)
         assert self.priorities is not None  # uniform samplers with items returned above
@@ -155,7 +160,7 @@ class TransitionSampler:
             out["index"] = idx
             out["weight"] = weight
             return batch_tensordict(out, n, self.device)
-        if self._rand_device:  # storage on an accelerator (.to costs ~0.5 us on CPU)
+        if not self._on_cpu:  # storage on an accelerator (.to costs ~0.5 us on CPU)
             idx = idx.to(self.storing_device)
             weight = weight.to(self.storing_device)
         return self.gather(idx, {"index": idx, "weight": weight})

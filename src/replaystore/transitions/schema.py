@@ -123,7 +123,10 @@ class FieldSpec:
         int_column = own is not None and own.kind in "iu"
         for npd in accepts:
             if isinstance(npd, np.dtype) and (
-                npd.kind not in "iu" or not int_column or np.can_cast(npd, own, "safe")
+                npd.kind not in "iu"
+                or not int_column
+                or own is None
+                or np.can_cast(npd, own, "safe")
             ):
                 scalars.add(npd.type)
         item_shape = tuple(int(d) for d in shape)

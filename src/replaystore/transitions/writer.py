@@ -126,6 +126,19 @@ class RingWriter:
         reserved: keys an experience may not use (prioritized samples add them).
     """
 
+    _storage: Storage | None
+    _fields: dict[str, FieldSpec] | None
+    _names: list[str]
+    _shapes: list[tuple[int, ...]]
+    _accepts: list[frozenset[Any]]
+    _arrays: list[np.ndarray | None]
+    _numpy_arrays: list[np.ndarray]  # the same arrays when every column has one, else []
+    _columns: list[torch.Tensor]
+    _numpy_rows: bool
+    _add_plan: list[tuple[str, frozenset[type], tuple[int, ...], frozenset[Any], int, int]]
+    _batch_shapes: dict[int, list[tuple[int, ...]]]
+    _plan: Any  # the compiled check-and-copy of the current storage, or None
+
     def __init__(
         self,
         capacity: int,
@@ -150,23 +163,26 @@ class RingWriter:
     def bind(self, storage: Storage) -> None:
         """Write into ``storage`` from now on (the cursor is left as it is)."""
         fields = storage.fields
-        self._storage: Storage | None = storage
-        self._fields: dict[str, FieldSpec] | None = {f.name: f for f in fields}
+        self._storage = storage
+        self._fields = {f.name: f for f in fields}
         # Per-column views of the schema, precomputed for the hot paths.
         self._names = [f.name for f in fields]
         self._shapes = [f.shape for f in fields]
         self._accepts = [f.accepts for f in fields]
         self._arrays = [storage.arrays[f.name] for f in fields]
         self._columns = [storage.columns[f.name] for f in fields]
-        self._numpy_rows = all(a is not None for a in self._arrays)
+        self._numpy_arrays = [a for a in self._arrays if a is not None]
+        self._numpy_rows = len(self._numpy_arrays) == len(self._arrays)
+        if not self._numpy_rows:
+            self._numpy_arrays = []
         # Exact value types that fit a column without looking at them: Python and
         # NumPy scalars of an accepted kind, for columns of item shape ().
         self._add_plan = [
             (f.name, f.scalar_types if not f.shape else _NO_TYPES, f.shape, f.accepts, *f.int_range)
             for f in fields
         ]
-        self._batch_shapes: dict[int, list[tuple[int, ...]]] = {}
-        self._plan: Any = None  # compiled check-and-copy of the current storage
+        self._batch_shapes = {}
+        self._plan = None
         if self.kernel is not None and self._numpy_rows:
             self._plan = self.kernel.Plan(
                 tuple(self._names), tuple(self._arrays), self.capacity, _ARRAY_TYPES
@@ -176,15 +192,14 @@ class RingWriter:
         """Forget the storage (its views are released); the next add defines a schema."""
         self._storage = None
         self._fields = None
-        self._names: list[str] = []
-        self._shapes: list[tuple[int, ...]] = []
-        self._accepts: list[frozenset[Any]] = []
-        self._arrays: list[np.ndarray | None] = []
-        self._columns: list[torch.Tensor] = []
+        self._names = []
+        self._shapes = []
+        self._accepts = []
+        self._arrays = []
+        self._numpy_arrays = []
+        self._columns = []
         self._numpy_rows = False
-        self._add_plan: list[
-            tuple[str, frozenset[type], tuple[int, ...], frozenset[Any], int, int]
-        ] = []
+        self._add_plan = []
         self._batch_shapes = {}
         self._plan = None
 
@@ -275,7 +290,7 @@ class RingWriter:
             for v, arr, col in zip(values, self._arrays, self._columns, strict=True):
                 _write_row(col, arr, ptr, v)
         else:
-            for v, arr in zip(values, self._arrays, strict=True):
+            for v, arr in zip(values, self._numpy_arrays, strict=True):
                 arr[ptr] = v
         self.pointer = ptr + 1 if ptr + 1 < self.capacity else 0
         if self.size < self.capacity:
@@ -317,13 +332,13 @@ class RingWriter:
             # The common case: NumPy data, CPU columns, no wrap-around. NumPy
             # slice assignment is several times cheaper than torch's copy_ here.
             end = ptr + n
-            for v, arr in zip(values, self._arrays, strict=True):
+            for v, arr in zip(values, self._numpy_arrays, strict=True):
                 arr[ptr:end] = v
         else:
             m = min(n, cap)
             start = (ptr + n - m) % cap
-            for v, arr, col in zip(values, self._arrays, self._columns, strict=True):
-                _write_rows(col, arr, start, v[n - m :] if n > m else v)
+            for v, view, col in zip(values, self._arrays, self._columns, strict=True):
+                _write_rows(col, view, start, v[n - m :] if n > m else v)
         self._advance(ptr, n)
 
     def _advance(self, ptr: int, n: int) -> None:
@@ -342,7 +357,7 @@ class RingWriter:
         names = self._names
         if len(exp) != len(names):
             return -1, [], False
-        values = [exp.get(name) for name in names]
+        values: list[Any] = [exp.get(name) for name in names]
         try:
             n = values[0].shape[0]
         except (AttributeError, IndexError, TypeError):
