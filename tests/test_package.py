@@ -114,3 +114,5 @@ def test_built_wheel_contains_py_typed_and_the_site_data(tmp_path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "replaystore/py.typed" in names
     assert "replaystore/rollouts/sites/tasks.jsonl" in names
+    assert "replaystore/view/templates/traj_step.html" in names  # the viewer's pages
+    assert "replaystore/view/static/view.js" in names

@@ -135,8 +135,9 @@ def make_trajectory_storage(root: Path) -> dict[str, Any]:
     return {"root": root, "trajectories": expected}
 
 
-def make_experience_store(path: Path) -> Path:
-    """A SQLite experience store: 12 tasks x 3 steps by two agents; reward 1 on solved tasks."""
+def experience_rows() -> list[DataRow]:
+    """12 tasks x 3 steps by two agents (odd tasks: browser); reward 1 at the last step of
+    every third task."""
     rows = []
     for task in range(12):
         for step in range(3):
@@ -157,8 +158,13 @@ def make_experience_store(path: Path) -> Path:
                     id=f"row-{task:02d}-{step}",
                 )
             )
+    return rows
+
+
+def make_experience_store(path: Path) -> Path:
+    """A SQLite experience store holding :func:`experience_rows`."""
     storage = SqliteStorage(path)
-    ExperienceBuffer(storage).store_batch(rows)
+    ExperienceBuffer(storage).store_batch(experience_rows())
     storage.close()
     return path
 
