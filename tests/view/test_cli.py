@@ -100,3 +100,13 @@ def test_demo_prints_a_view_command_for_each_viewable_output(tmp_path: Path) -> 
         tmp_path / "trajectories",
         tmp_path / "experience" / "experience.sqlite",
     ]
+
+
+def test_demo_command_ends_with_the_view_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--quick", "--part", "experience", "--out", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.rstrip().splitlines()
+    store = tmp_path / "experience" / "experience.sqlite"
+    assert lines[-1] == f"  replaystore view {store.resolve()}"
+    assert lines[-2].startswith("look at the outputs in a browser")
