@@ -973,6 +973,8 @@ def _cmd_view(args: argparse.Namespace) -> int:
         image_root = Path(args.image_root)
         if not image_root.is_dir():
             raise _UsageError(f"--image-root {image_root} is not a directory")
+    if args.port > 65535:
+        raise _UsageError(f"--port must be <= 65535, got {args.port}")
     options = {"image_root": image_root} if kind == "trajectory_storage" else {}
 
     def ready(url: str) -> None:
@@ -993,6 +995,12 @@ def _cmd_view(args: argparse.Namespace) -> int:
         raise _UsageError(str(exc)) from None
     except KeyboardInterrupt:
         pass
+    except SystemExit as exc:  # uvicorn's way out when it cannot bind (it logged why)
+        if exc.code:
+            raise _UsageError(
+                f"cannot serve on {args.host}:{args.port} (in use, or not an address of "
+                "this machine?)"
+            ) from None
     return 0
 
 

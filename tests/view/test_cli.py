@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -40,6 +41,7 @@ def test_detects_each_store_kind(
         (["view", "{exp}", "--image-root", "/tmp"], "--image-root applies to a trajectory storage"),
         (["view", "{traj}", "--image-root", "/no/such/dir"], "is not a directory"),
         (["view", "{traj}", "--port", "-1"], "must be >= 0"),
+        (["view", "{traj}", "--port", "70000"], "--port must be <= 65535"),
     ],
 )
 def test_usage_errors_are_one_line_with_status_2(
@@ -53,6 +55,17 @@ def test_usage_errors_are_one_line_with_status_2(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err
+
+
+def test_a_port_in_use_is_a_one_line_error(
+    traj_store: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["view", str(traj_store["root"]), "--port", str(port)]) == 2
+    assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
 def test_only_loopback_hosts_bind_without_a_warning() -> None:
