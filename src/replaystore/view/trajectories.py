@@ -69,8 +69,12 @@ class TrajectoryIndex:
     Raises:
         StorageError: no iteration files under ``root``, or a file is damaged.
 
-    Cost: the headers of every file, plus two step lines per trajectory (about
-    2-4 s per 100,000 trajectories on one core).
+    Cost: the headers of every file, plus two step lines per trajectory (5.4 s
+    for 100,000 trajectories of 10 steps, 1.8 GB of JSONL, on a loaded 2-core
+    machine: ``benchmarks/view.py``); about 20 MB of memory per million steps.
+
+    A trajectory is *blocked* when its last step's reward has ``is_blocked``
+    (as the rollout collector records an anti-bot page).
     """
 
     def __init__(self, root: str | Path, *, success_threshold: float = 1.0) -> None:
