@@ -229,7 +229,7 @@ def _trajectory_routes(
             rows = o[key]
             charts.append(
                 svg.bar_chart(
-                    [r[0] for r in rows],
+                    [r[0].split("://", 1)[-1] for r in rows],  # websites without their scheme
                     [r[1] for r in rows],
                     title,
                     y_max=1.0,
