@@ -2,8 +2,9 @@
 
 * ``replaystore._sumtree``: the SumTree of prioritized sampling.
 * ``replaystore._ringcopy``: the check-and-copy of the transition buffer's adds.
+* ``replaystore._recency``: the draw and first-occurrence loops of recency sampling.
 
-Both are ``optional``: without a C compiler the install still succeeds and
+All are ``optional``: without a C compiler the install still succeeds and
 ``replaystore.sampling.SumTree`` and ``replaystore.transitions.ReplayBuffer``
 use their NumPy paths.
 """
@@ -13,6 +14,8 @@ import sys
 from setuptools import Extension, setup
 
 ARGS = [] if sys.platform == "win32" else ["-O3"]
+# No fused multiply-adds: the recency kernel repeats the NumPy path's roundings.
+STRICT_FP = [] if sys.platform == "win32" else ["-O3", "-ffp-contract=off"]
 
 setup(
     ext_modules=[
@@ -26,6 +29,12 @@ setup(
             "replaystore._ringcopy",
             sources=["src/replaystore/_ringcopy.c"],
             extra_compile_args=ARGS,
+            optional=True,
+        ),
+        Extension(
+            "replaystore._recency",
+            sources=["src/replaystore/_recency.c"],
+            extra_compile_args=STRICT_FP,
             optional=True,
         ),
     ]

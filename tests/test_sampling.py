@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from replaystore import sampling
 from replaystore.sampling import (
     AliasTable,
     _draw_recency,
@@ -258,3 +259,91 @@ def test_recency_sample_is_k_distinct_ranks_and_seeded(
     assert pick.dtype == np.int64 and pick.shape == (k,)
     assert np.unique(pick).size == k and (k == 0 or (pick.min() >= 0 and pick.max() < n))
     np.testing.assert_array_equal(pick, recency_sample_without_replacement(n, k, power, seed))
+
+
+# ------------------------------------------------------------------ recency, compiled kernel
+
+needs_recency_kernel = pytest.mark.skipif(
+    sampling._crecency is None, reason="replaystore._recency is not built (no C compiler)"
+)
+
+
+@needs_recency_kernel
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(
+    n=st.integers(1, 50_000),
+    share=st.floats(0.0, 0.6),
+    power=st.one_of(st.just(2.0), st.floats(0.01, 40.0)),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_compiled_recency_sampling_is_the_numpy_path(
+    n: int, share: float, power: float, seed: int
+) -> None:
+    # The same ranks, in the same order, from the same seed: the kernel repeats
+    # the NumPy path's arithmetic and its rounds (the byte mask is left clear
+    # between calls, so calls of different sizes in a row agree too).
+    k = int(share * n)
+    ours = recency_sample_without_replacement(n, k, power, rng=seed, backend="c")
+    simple = recency_sample_without_replacement(n, k, power, rng=seed, backend="numpy")
+    np.testing.assert_array_equal(ours, simple)
+    assert not sampling._mask(n).any()
+
+
+@needs_recency_kernel
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    n=st.integers(1, 10**9),
+    m=st.integers(0, 5000),
+    power=st.one_of(st.just(2.0), st.floats(0.01, 60.0)),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_compiled_recency_draws_are_the_numpy_draws(
+    n: int, m: int, power: float, seed: int
+) -> None:
+    kernel = sampling._crecency
+    drawn = _draw_recency(m, n, power, np.random.default_rng(seed), kernel)
+    expected = _draw_recency(m, n, power, np.random.default_rng(seed), None)
+    np.testing.assert_array_equal(drawn, expected)
+
+
+@needs_recency_kernel
+def test_compiled_recency_first_new_skips_taken_ranks_and_stops_at_need() -> None:
+    kernel = sampling._crecency
+    mask = np.zeros(10, dtype=np.uint8)
+    mask[3] = 1
+    out = np.full(4, -1, dtype=np.int64)
+    draws = np.array([5, 3, 5, 1, 7, 1, 9, 2], dtype=np.int64)
+    assert kernel.first_new(draws, mask, 3, out) == 3
+    assert out[:3].tolist() == [5, 1, 7]
+    assert np.flatnonzero(mask).tolist() == [1, 3, 5, 7]
+
+
+@needs_recency_kernel
+def test_compiled_recency_kernel_refuses_bad_arguments() -> None:
+    kernel = sampling._crecency
+    f = np.zeros(4)
+    out = np.zeros(4, dtype=np.int64)
+    with pytest.raises(TypeError, match="float64"):
+        kernel.accept(f.astype(np.float32), f, 10, 2.0, out)
+    with pytest.raises(TypeError, match="int64"):
+        kernel.accept(f, f, 10, 2.0, out.astype(np.int32))
+    with pytest.raises(ValueError, match="len"):
+        kernel.accept(f, f[:3], 10, 2.0, out)
+    with pytest.raises(ValueError, match="power"):
+        kernel.accept(f, f, 10, float("nan"), out)
+    with pytest.raises(ValueError, match=r"draws\[1\] is outside \[0, 4\)"):
+        kernel.first_new(np.array([0, 4], dtype=np.int64), np.zeros(4, np.uint8), 2, out)
+    with pytest.raises(TypeError, match="uint8"):
+        kernel.first_new(out, np.zeros(4, dtype=bool).view(np.int8), 2, out)
+    with pytest.raises(ValueError, match="need"):
+        kernel.first_new(out, np.zeros(4, np.uint8), 5, out)
+
+
+def test_recency_backend_choice_is_checked(monkeypatch) -> None:
+    with pytest.raises(ValueError, match="backend must be 'auto', 'c' or 'numpy'"):
+        recency_sample_without_replacement(10, 2, 2.0, 0, backend="fortran")
+    monkeypatch.setattr(sampling, "_crecency", None)
+    with pytest.raises(ImportError, match="backend='c'"):
+        recency_sample_without_replacement(10, 2, 2.0, 0, backend="c")
+    pick = recency_sample_without_replacement(10, 2, 2.0, 0, backend="numpy")
+    assert np.unique(pick).size == 2
