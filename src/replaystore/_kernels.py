@@ -1,6 +1,6 @@
 """Choosing between an optional compiled kernel and its NumPy fallback.
 
-Two small C extensions are built at install time when a C compiler is present
+Small C extensions are built at install time when a C compiler is present
 (see ``setup.py``); without one the install still succeeds and each caller
 uses its NumPy implementation, which gives the same results more slowly. That
 silent slowdown is the one thing a user cannot see, so the first time a
@@ -61,6 +61,13 @@ KERNELS: tuple[Kernel, ...] = (
         env="REPLAYSTORE_RINGCOPY",
         used_by="transition buffer adds on CPU storage (check-and-copy)",
         fallback_cost="about 4x slower TransitionBuffer.add/add_batch",
+    ),
+    Kernel(
+        name="recency",
+        module="replaystore._recency",
+        env="REPLAYSTORE_RECENCY",
+        used_by="recency-biased sampling (trajectory buffer get_training_samples)",
+        fallback_cost="about 2x slower recency-biased sampling",
     ),
 )
 
