@@ -308,14 +308,19 @@ class ReplayBuffer:
         if old is not None and old is not storage:
             old.close()
 
-    def _create(self, fields: list[FieldSpec]) -> None:
+    def _new_storage(self, fields: list[FieldSpec]) -> TensorStorage | MemmapStorage:
+        """Fresh columns for ``fields`` of this buffer's kind (memmap: a new file generation)."""
         if self._kind == "memmap":
-            memmap = MemmapStorage(self._memmap_dir(), fields, self._capacity)
-            memmap.flush(MemmapState(0, 0))
-            memmap.remove_other_generations()
-            self._install(memmap)
-        else:
-            self._install(TensorStorage(fields, self._capacity, self.storing_device))
+            return MemmapStorage(self._memmap_dir(), fields, self._capacity)
+        return TensorStorage(fields, self._capacity, self.storing_device)
+
+    def _create(self, fields: list[FieldSpec]) -> None:
+        """Storage for the schema of the first add (the writer calls this)."""
+        storage = self._new_storage(fields)
+        if isinstance(storage, MemmapStorage):
+            storage.flush(MemmapState(0, 0))  # buffer.json names the new, empty generation
+            storage.remove_other_generations()
+        self._install(storage)
 
     def _reopen(self, directory: Path) -> None:
         meta = MemmapStorage.read_meta(directory)
@@ -739,7 +744,7 @@ class ReplayBuffer:
                 max_priority=self._prio.max_priority,
             )
             priorities = self._prio.values(size)
-        state = dict(self._sampler.numpy_rng.bit_generator.state)
+        torch_rng, numpy_rng = self._sampler.rng_state()
         return Snapshot(
             capacity=self._capacity,
             size=size,
@@ -748,8 +753,8 @@ class ReplayBuffer:
             columns={k: c[:size] for k, c in self._storage.columns.items()},
             sampler=sampler,
             priorities=priorities,
-            torch_rng=bytes(self._sampler.torch_generator.get_state().numpy().tobytes()),
-            numpy_rng=state,
+            torch_rng=torch_rng,
+            numpy_rng=numpy_rng,
             torch_rng_device=self.storing_device.type,
         )
 
@@ -845,18 +850,13 @@ class ReplayBuffer:
                         f"checkpoint {path} was saved with {name}={snap.sampler[name]}, "
                         f"this buffer uses {name}={mine}"
                     )
-        # The torch generator lives on the storing device; its state only fits a
-        # generator of the same device type (CPU and CUDA states differ).
-        torch_state = torch.frombuffer(bytearray(snap.torch_rng), dtype=torch.uint8)
-        same_device = snap.torch_rng_device == self.storing_device.type
         try:
-            if same_device:
-                torch.Generator(device=self.storing_device).set_state(torch_state)
-            bitgen = np.random.PCG64()
-            bitgen.state = snap.numpy_rng  # type: ignore[assignment]  # PCG64 checks it
+            rng = self._sampler.check_rng_state(
+                snap.torch_rng, snap.numpy_rng, snap.torch_rng_device
+            )
         except (RuntimeError, TypeError, ValueError, KeyError) as exc:
             raise CheckpointError(f"checkpoint {path} has an unusable RNG state: {exc}") from exc
-        if not same_device:
+        if rng.torch_state is None:
             logger.warning(
                 "checkpoint %s was saved with %s storage: its torch RNG state does not fit "
                 "this %s buffer, which keeps its own (epoch shuffles will differ)",
@@ -865,20 +865,13 @@ class ReplayBuffer:
                 self.storing_device.type,
             )
         with self._lock:
-            if self._kind == "memmap":
-                storage: TensorStorage | MemmapStorage = MemmapStorage(
-                    self._memmap_dir(), snap.fields, self._capacity
-                )
-            else:
-                storage = TensorStorage(snap.fields, self._capacity, self.storing_device)
+            storage = self._new_storage(snap.fields)
             for name, data in snap.columns.items():
                 storage.columns[name][: snap.size].copy_(data)
             self._install(storage)
             self._writer.reset_cursor(snap.size, snap.pointer)
             self._epochs = None
-            if same_device:
-                self._sampler.torch_generator.set_state(torch_state)
-            self._sampler.numpy_rng = np.random.Generator(bitgen)
+            self._sampler.set_rng_state(rng)
             if self._prio is not None:
                 if snap.priorities is not None:
                     self._beta = float(snap.sampler.get("beta", self._beta))

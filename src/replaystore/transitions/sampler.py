@@ -24,6 +24,8 @@ lock (the iterator through a callable that takes it).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -34,7 +36,7 @@ from replaystore.errors import EmptyBufferError
 from replaystore.transitions.prioritized import PriorityIndex
 from replaystore.transitions.storage import MemmapStorage, TensorStorage
 
-__all__ = ["EpochIterator", "EpochSchedule", "TransitionSampler"]
+__all__ = ["EpochIterator", "EpochSchedule", "RngState", "TransitionSampler"]
 
 #: Rows up to this many bytes (all columns) are sampled with NumPy gathers on CPU.
 NUMPY_GATHER_MAX_ROW_BYTES = 4096
@@ -165,6 +167,39 @@ class TransitionSampler:
             weight = weight.to(self.storing_device)
         return self.gather(idx, {"index": idx, "weight": weight})
 
+    # ------------------------------------------------------ random state
+
+    def rng_state(self) -> tuple[bytes, dict[str, Any]]:
+        """Both generators' states: torch's as raw bytes, NumPy's PCG64 state dict."""
+        torch_state = bytes(self.torch_generator.get_state().numpy().tobytes())
+        return torch_state, dict(self.numpy_rng.bit_generator.state)
+
+    def check_rng_state(
+        self, torch_state: bytes, numpy_state: dict[str, Any], torch_device_type: str
+    ) -> RngState:
+        """A saved state checked against fresh generators, ready for :meth:`set_rng_state`.
+
+        The torch state only fits a generator of the device type it was saved
+        on (CPU and CUDA states differ); for another one it is left out
+        (``RngState.torch_state`` is None) and this sampler keeps its own.
+
+        Raises:
+            RuntimeError, TypeError, ValueError, KeyError: a state the generators refuse.
+        """
+        state: torch.Tensor | None = None
+        if torch_device_type == self.storing_device.type:
+            state = torch.frombuffer(bytearray(torch_state), dtype=torch.uint8)
+            torch.Generator(device=self.storing_device).set_state(state)
+        bitgen = np.random.PCG64()
+        bitgen.state = numpy_state  # type: ignore[assignment]  # PCG64 checks it
+        return RngState(state, bitgen)
+
+    def set_rng_state(self, state: RngState) -> None:
+        """Continue both random streams from a checked saved state."""
+        if state.torch_state is not None:
+            self.torch_generator.set_state(state.torch_state)
+        self.numpy_rng = np.random.Generator(state.numpy_bit_generator)
+
     def permutation(self, size: int, shuffle: bool) -> torch.Tensor:
         """One epoch's order of positions ``0..size-1`` (a seeded permutation, or in order)."""
         if shuffle:
@@ -178,6 +213,15 @@ class TransitionSampler:
             ones = torch.ones(idx.shape[0], dtype=torch.float32, device=self.storing_device)
             extra = {"index": idx, "weight": ones}
         return self.gather(idx, extra)
+
+
+@dataclass(slots=True)
+class RngState:
+    """A checked saved state of a sampler's generators (see ``check_rng_state``)."""
+
+    torch_state: torch.Tensor | None
+    """The torch generator's state, or None when saved on another device type."""
+    numpy_bit_generator: np.random.PCG64
 
 
 class EpochSchedule:
