@@ -437,9 +437,11 @@ class ReplayBuffer:
                 batch dimension). The first add defines the schema.
 
         Raises:
-            SchemaError: a missing or extra key, a wrong item shape or a dtype that
-                does not cast to the column's (named in the message). Nothing is
-                written then.
+            SchemaError: a missing or extra key, a wrong item shape, a dtype that
+                does not cast to the column's, or a ``bytes``/``bytearray``/``str``
+                value (wrap raw bytes with ``numpy.frombuffer``); the message names
+                the key. Nothing is written then. Both add paths (compiled and
+                NumPy) accept and refuse exactly the same values.
 
         Cost: about 0.5 us for a CartPole transition given as a dict of NumPy
         arrays and scalars of the columns' dtypes on CPU storage (one compiled
