@@ -41,7 +41,7 @@ import gc
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -626,7 +626,7 @@ class ReplayBuffer:
 
     def create_epoch_iterator(
         self, batch_size: int, n_epochs: int = 1, shuffle: bool = True, drop_last: bool = False
-    ) -> EpochIterator:
+    ) -> Iterator[TensorDict]:
         """An iterator of batches that visits every stored item once per epoch.
 
         Each epoch draws a fresh seeded permutation of the items stored when its
