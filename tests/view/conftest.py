@@ -1,4 +1,4 @@
-"""Fixtures of the viewer tests: one store of each kind per module, and a live server.
+"""Fixtures of the viewer tests: one store of each kind per session, and a live server.
 
 Browser tests need Chromium and Playwright; without them they skip with one
 line saying how to install them, except under ``CI=true``, where they fail.
@@ -20,17 +20,17 @@ from tests.view.stores import make_experience_store, make_trajectory_storage, ma
 pytest.importorskip("starlette", reason="the viewer needs the view extra: pip install '.[view]'")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def traj_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return make_trajectory_storage(tmp_path_factory.mktemp("view") / "storage")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def exp_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_experience_store(tmp_path_factory.mktemp("view") / "experience.sqlite")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def transitions(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return make_transitions(tmp_path_factory.mktemp("view"))
 
@@ -66,7 +66,11 @@ def _no_browser(reason: str) -> None:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """A headless Chromium (Playwright's sync API), launched once per module."""
+    """A headless Chromium (Playwright's sync API), launched once per module.
+
+    Not per session: sync Playwright keeps an event loop running on this thread
+    while it is open, and other tests run ``asyncio.run`` here.
+    """
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
