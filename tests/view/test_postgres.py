@@ -45,3 +45,14 @@ def test_postgres_tasks_rows_filter_and_row_pages(client: TestClient) -> None:
     assert client.get("/row/nope").status_code == 404
     bad = client.get("/rows?field=bogus&op=eq&value=1")
     assert bad.status_code == 400 and "unknown field" in bad.text
+
+
+def test_a_missing_postgres_store_is_refused_and_not_created(postgres_url: str) -> None:
+    from replaystore.errors import StorageError
+    from replaystore.experience.storage.postgres import read_summary
+
+    url = f"{postgres_url}&schema=view_absent"
+    with pytest.raises(StorageError, match="no replaystore experience store"):
+        build_app("postgres_experience_store", url)
+    with pytest.raises(StorageError, match="no replaystore experience store"):
+        read_summary(url)  # still none: the viewer created nothing

@@ -382,10 +382,17 @@ def _experience_routes(kind: str, target: str) -> tuple[list[Any], _Context]:
 
         reader = SqliteReader(target)
     else:
+        from replaystore.experience.storage.postgres import read_summary
         from replaystore.experience.storage.urls import open_storage
         from replaystore.view.experience import StorageReader
 
-        reader = StorageReader(open_storage(target), f"PostgreSQL experience store {target}")
+        # Opening a PostgresStorage creates its tables when the schema has none; check
+        # first, read-only, that the store exists, so the viewer never creates one.
+        summary = read_summary(target)
+        reader = StorageReader(
+            open_storage(target),
+            f"PostgreSQL experience store {summary['url']} schema {summary['schema']}",
+        )
     ctx = _Context(kind, reader.description)
 
     def tasks(request: Request) -> Response:
