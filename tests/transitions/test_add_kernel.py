@@ -158,6 +158,27 @@ def test_kernel_declines_a_mapping_that_is_not_a_plain_dict() -> None:
     assert plan_for(cols).add(OrderedDict({k: v[0] for k, v in rows([1]).items()}), 0) == -1
 
 
+@needs_kernel
+@pytest.mark.parametrize(
+    "wrap",
+    [bytes, bytearray, memoryview, lambda a: __import__("array").array("B", a.tobytes())],
+    ids=["bytes", "bytearray", "memoryview", "array.array"],
+)
+def test_kernel_copies_only_its_array_types(wrap: Any) -> None:
+    """A buffer exporter that is not one of the plan's array types is declined even
+    when its format, shape and size match the column: the Python path decides."""
+    cols = {"raw": np.full((4, 4), 7, np.uint8), "flag": np.full(4, 7, np.uint8)}
+    before = snapshot(cols)
+    plan = plan_for(cols)
+    item = np.arange(4, dtype=np.uint8)
+    assert plan.add({"raw": item, "flag": np.uint8(1)}, 0) == 1  # NumPy: copied
+    assert plan.add({"raw": wrap(item), "flag": np.uint8(1)}, 1) == -1
+    flags = np.array([1, 2], np.uint8)
+    assert plan.add_batch({"raw": np.zeros((2, 4), np.uint8), "flag": wrap(flags)}, 1) == -1
+    after = snapshot(cols)
+    assert after["raw"][4:] == before["raw"][4:] and after["flag"][1:] == before["flag"][1:]
+
+
 def _single(**values: Any) -> dict[str, Any]:
     one: dict[str, Any] = {k: v[0] for k, v in rows([9]).items()}
     one.update(values)
