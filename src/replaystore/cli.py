@@ -952,13 +952,16 @@ def _view_target(text: str) -> tuple[str, str, Path | None]:
     if is_postgres_url(text):
         return "postgres_experience_store", text, None
     path = _store_path(text)
-    if path.is_dir() and not (path / "buffer.json").is_file():
+    no_other = not (path / "buffer.json").is_file() and len(list(path.glob("*.metadata"))) != 1
+    if path.is_dir() and no_other:
         from replaystore.trajectories.storage import TrajectoryStorage
 
-        inner = path / "storage"
-        has_files = TrajectoryStorage(path, stale_temp_age_s=None).files()
-        if not has_files and TrajectoryStorage(inner, stale_temp_age_s=None).files():
-            return "trajectory_storage", str(inner), path
+        # stale_temp_age_s=None: opening a storage would otherwise remove abandoned
+        # temporary files (as _detect's does); the viewer writes nothing.
+        if TrajectoryStorage(path, stale_temp_age_s=None).files():
+            return "trajectory_storage", str(path), None
+        if TrajectoryStorage(path / "storage", stale_temp_age_s=None).files():
+            return "trajectory_storage", str(path / "storage"), path
     kind, target = _detect(path)
     return kind, str(target), None
 

@@ -57,6 +57,18 @@ def test_usage_errors_are_one_line_with_status_2(
     assert says in err and "Traceback" not in err
 
 
+def test_detection_leaves_abandoned_temporary_files_alone(tmp_path: Path) -> None:
+    from tests.view.stores import make_trajectory_storage
+
+    root = make_trajectory_storage(tmp_path / "storage")["root"]
+    stale = root / ".iteration_000009.jsonl.abc123.tmp"  # what a killed writer leaves
+    stale.write_text("partial")
+    os.utime(stale, (0, 0))  # older than any stale-file age
+    assert _view_target(str(root))[0] == "trajectory_storage"
+    assert _view_target(str(tmp_path))[0] == "trajectory_storage"
+    assert stale.exists()
+
+
 def test_a_port_in_use_is_a_one_line_error(
     traj_store: dict[str, Any], capsys: pytest.CaptureFixture[str]
 ) -> None:
