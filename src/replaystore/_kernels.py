@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from replaystore.errors import CompiledKernelWarning
+from replaystore.errors import ArgumentError, CompiledKernelWarning, ConfigError
 
 __all__ = [
     "KERNELS",
@@ -137,12 +137,14 @@ def resolve_kernel(
         argument: the keyword that carries ``choice``, for error messages.
 
     Raises:
-        ValueError: an unknown choice. ImportError: ``"c"`` without the extension.
+        ArgumentError: an unknown ``choice``; ConfigError: an unknown value of ``env``
+            (both ``ValueError``). ImportError: ``"c"`` without the extension.
     """
     name = os.environ.get(env, "auto") if choice is None else choice
     if name not in _CHOICES:
         source = argument if choice is not None else env
-        raise ValueError(f"{source} must be 'auto', 'c' or 'numpy', got {name!r}")
+        error = ArgumentError if choice is not None else ConfigError  # both ValueErrors
+        raise error(f"{source} must be 'auto', 'c' or 'numpy', got {name!r}")
     if name == "numpy":
         return None
     if module is None and name == "c":

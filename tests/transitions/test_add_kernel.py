@@ -18,7 +18,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replaystore.errors import SchemaError
+from replaystore.errors import ArgumentError, ConfigError, SchemaError
 from replaystore.transitions import ReplayBuffer
 from replaystore.transitions import writer as writer_module
 
@@ -406,9 +406,9 @@ def test_environment_variable_selects_the_add_backend(monkeypatch: pytest.Monkey
     with ReplayBuffer("cpu", "cpu", 4) as buf:
         assert buf.add_backend == "numpy"
     monkeypatch.setenv("REPLAYSTORE_RINGCOPY", "fortran")
-    with pytest.raises(ValueError, match="REPLAYSTORE_RINGCOPY"):
+    with pytest.raises(ConfigError, match="REPLAYSTORE_RINGCOPY"):
         ReplayBuffer("cpu", "cpu", 4)
-    with pytest.raises(ValueError, match="add_backend must be"):
+    with pytest.raises(ArgumentError, match="add_backend must be"):
         ReplayBuffer("cpu", "cpu", 4, add_backend="fortran")  # type: ignore[arg-type]
 
 
