@@ -325,3 +325,26 @@ def test_transitions_page_shows_schema_fill_and_histograms(
     assert "priorities (40 values)" in html
     assert "episode returns (8 values)" in html
     assert "[5, 5.033): 8" in html  # every episode returns 5
+
+
+def test_transitions_episode_returns_follow_the_ring_after_it_wraps(tmp_path: Path) -> None:
+    import numpy as np
+
+    from replaystore.transitions import TransitionBuffer
+    from replaystore.view.transitions import read_transitions
+
+    buf = TransitionBuffer("cpu", "cpu", 12, path=tmp_path / "mm", seed=0)
+    for i in range(17):  # episodes end at items 4, 9, 14; the ring keeps items 5..16
+        buf.add({"reward": np.float32(i), "done": np.bool_(i % 5 == 4)})
+    buf.save(tmp_path / "ckpt" / "buffer")
+    buf.flush()
+    buf.close()
+    for kind, target in (
+        ("transitions_memmap", tmp_path / "mm"),
+        ("transitions_checkpoint", tmp_path / "ckpt" / "buffer.metadata"),
+    ):
+        s = read_transitions(kind, target)
+        assert (s.size, s.capacity, s.pointer) == (12, 12, 5)
+        assert sorted(s.rewards.tolist()) == list(range(5, 17))
+        # items 5..9 may have begun before the oldest kept item: left out; 15, 16 unfinished
+        assert s.episode_returns.tolist() == [10 + 11 + 12 + 13 + 14]

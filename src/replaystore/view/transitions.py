@@ -1,10 +1,11 @@
 """Read-only summary of a transitions buffer: a checkpoint or a memory-mapped directory.
 
-* a checkpoint (``<name>.metadata`` + its data directory) is read and verified
-  with :func:`~replaystore.transitions.checkpoint.read_checkpoint` (sizes, CRCs);
-* a memmap directory (``buffer.json`` + column files) is mapped with
-  ``numpy.memmap(mode="r")``: the pages of the columns shown are read, nothing
-  is written (the buffer's own reopen maps them read-write).
+* a checkpoint (``<name>.metadata`` + the data directory it names) and
+* a memmap directory (``buffer.json`` + column files)
+
+have their column files mapped with ``numpy.memmap(mode="r")``: only the pages
+of the columns shown (reward, done, priorities) are read, and nothing is
+written (the buffer's own reopen maps its files read-write).
 
 Episode returns are the sums of the reward column between done flags (the first
 column named ``done``, ``terminated``, ``terminal`` or ``dones``; ``truncated``
@@ -15,6 +16,7 @@ so that first partial episode is left out; an unfinished last episode too.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,7 +97,9 @@ def _summarise(
     names = list(columns)
     reward_key, done_key = _first(names, _REWARD_KEYS), _first(names, _DONE_KEYS)
     trunc_key = _first(names, _TRUNC_KEYS)
-    order = {k: _chronological(columns[k], size, capacity, pointer) for k in names}
+    shown = [k for k in (reward_key, done_key, trunc_key) if k is not None]
+    # only the columns shown are read (observations may be gigabytes of images)
+    order = {k: _chronological(columns[k], size, capacity, pointer) for k in shown}
     rewards = order[reward_key].astype(np.float64).ravel() if reward_key else None
     returns = None
     if reward_key and done_key:
@@ -109,8 +113,56 @@ def _summarise(
     )
 
 
+def _map_column(file: Path, dtype_name: str, shape: tuple[int, ...], rows: int) -> Any:
+    """``file`` mapped read-only as ``rows`` items of ``shape``; None for a dtype NumPy lacks.
+
+    Raises:
+        StorageError: the file is missing or its size is not ``rows`` items.
+    """
+    from replaystore.transitions.schema import dtype_from_name, numpy_dtype
+
+    try:
+        npd = numpy_dtype(dtype_from_name(dtype_name))
+    except (KeyError, ValueError, TypeError):
+        raise StorageError(f"{file}: unknown dtype {dtype_name!r}") from None
+    if npd is None:
+        return None
+    expected = rows * int(np.prod(shape, dtype=np.int64)) * npd.itemsize
+    if not file.is_file():
+        raise StorageError(f"column file {file} is missing")
+    if file.stat().st_size != expected:
+        raise StorageError(
+            f"column file {file} has {file.stat().st_size} bytes, expected {expected}"
+        )
+    if expected == 0:
+        return np.zeros((rows, *shape), dtype=npd)
+    return np.memmap(file, dtype=npd, mode="r", shape=(rows, *shape))
+
+
+def _layout(
+    meta: dict[str, Any], where: Path, capacity_key: str, size_key: str
+) -> tuple[int, int, int, list[dict[str, Any]]]:
+    try:
+        capacity, size = int(meta[capacity_key]), int(meta[size_key])
+        pointer = int(meta["pointer"])
+        fields = [
+            {
+                "name": str(f["name"]),
+                "dtype": str(f["dtype"]),
+                "shape": [int(d) for d in f["shape"]],
+                "file": str(f["file"]),
+            }
+            for f in meta["fields"]
+        ]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StorageError(f"malformed {where}: {exc!r}") from None
+    if not 0 <= size <= capacity:
+        raise StorageError(f"{where}: size {size} outside 0..capacity {capacity}")
+    return capacity, size, pointer, fields
+
+
 def read_transitions(kind: str, target: str | Path) -> TransitionsSummary:
-    """Summarise the buffer at ``target``.
+    """Summarise the buffer at ``target``, mapping its column files read-only.
 
     Args:
         kind: ``"transitions_checkpoint"`` (``target`` is the ``.metadata`` file)
@@ -118,62 +170,53 @@ def read_transitions(kind: str, target: str | Path) -> TransitionsSummary:
             ``buffer.json``).
 
     Raises:
-        StorageError: files missing, truncated or malformed (a checkpoint's
-            :class:`~replaystore.errors.CheckpointError` is a StorageError too).
+        StorageError: files missing, of the wrong size, or malformed metadata; an
+            ObjectRL metadata-only checkpoint (it holds no transitions).
         ValueError: an unknown ``kind``.
 
-    Cost: a checkpoint is read whole (and CRC-checked); a memmap maps its files
-    and reads the reward, done and priority columns.
+    Cost: reads the metadata and maps the column files (``numpy.memmap``,
+    ``mode="r"``); only the reward, done and priority columns are read, so a
+    checkpoint of millions of image observations opens in milliseconds. Sizes
+    are checked; a checkpoint's CRCs are not (``ReplayBuffer.load`` checks them).
     """
     target = Path(target)
     if kind == "transitions_checkpoint":
-        import torch
-
-        from replaystore.transitions.checkpoint import read_checkpoint
-
-        prefix = target.with_name(target.name.removesuffix(".metadata"))
-        snap = read_checkpoint(prefix)
-        fields = [
-            {"name": f.name, "dtype": str(f.dtype).removeprefix("torch."), "shape": list(f.shape)}
-            for f in snap.fields
-        ]
-        columns = {  # NumPy has no bfloat16: such columns are shown as float32
-            k: (v.float() if v.dtype == torch.bfloat16 else v).numpy()
-            for k, v in snap.columns.items()
-        }
-        return _summarise(
-            kind, target, snap.capacity, snap.size, snap.pointer, fields, columns, snap.priorities
-        )
-    if kind == "transitions_memmap":
-        from replaystore.transitions.schema import dtype_from_name, numpy_dtype
+        try:
+            meta = json.loads(target.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise StorageError(
+                f"{target} is not a replaystore checkpoint (ObjectRL's metadata-only "
+                "checkpoints hold no transitions to show)"
+            ) from None
+        if not isinstance(meta, dict) or not str(meta.get("format", "")).startswith(
+            "replaystore.transitions.checkpoint/"
+        ):
+            raise StorageError(f"{target} is not a replaystore transitions checkpoint")
+        capacity, size, pointer, fields = _layout(meta, target, "buffer_size", "data_size")
+        data_dir = target.parent / str(meta.get("data_dir"))
+        rows = size  # a checkpoint stores rows 0..size-1 only
+        pri_meta = (meta.get("sampler") or {}).get("priorities")
+        pri_file = data_dir / str(pri_meta["file"]) if pri_meta else None
+    elif kind == "transitions_memmap":
         from replaystore.transitions.storage import MemmapStorage
 
-        meta = MemmapStorage.read_meta(target)
-        if meta is None:
+        found = MemmapStorage.read_meta(target)
+        if found is None:
             raise StorageError(f"{target} has no buffer.json")
-        try:
-            capacity, size, pointer = int(meta["capacity"]), int(meta["size"]), int(meta["pointer"])
-            specs = list(meta["fields"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StorageError(f"malformed {target / 'buffer.json'}: {exc!r}") from None
-        fields, columns = [], {}
-        for spec in specs:
-            name, shape = str(spec["name"]), tuple(int(s) for s in spec["shape"])
-            fields.append({"name": name, "dtype": str(spec["dtype"]), "shape": list(shape)})
-            npd = numpy_dtype(dtype_from_name(str(spec["dtype"])))
-            file = target / str(spec.get("file", ""))
-            if npd is None or not file.is_file() or capacity == 0:
-                continue
-            expected = capacity * int(np.prod(shape, dtype=np.int64)) * npd.itemsize
-            if file.stat().st_size != expected:
-                raise StorageError(
-                    f"column file {file} has {file.stat().st_size} bytes, expected {expected}"
-                )
-            columns[name] = np.memmap(file, dtype=npd, mode="r", shape=(capacity, *shape))
-        priorities = None
-        if "priorities" in meta:
-            pfile = target / str(meta["priorities"].get("file", "priorities.bin"))
-            if pfile.is_file():
-                priorities = np.memmap(pfile, dtype="<f8", mode="r")
-        return _summarise(kind, target, capacity, size, pointer, fields, columns, priorities)
-    raise ValueError(f"unknown transitions kind {kind!r}")
+        meta = dict(found)
+        capacity, size, pointer, fields = _layout(meta, target / "buffer.json", "capacity", "size")
+        data_dir = target
+        rows = capacity  # the column files span the whole ring
+        pri_meta = meta.get("priorities")
+        pri_file = target / str(pri_meta.get("file", "priorities.bin")) if pri_meta else None
+    else:
+        raise ValueError(f"unknown transitions kind {kind!r}")
+    columns: dict[str, Any] = {}
+    for f in fields:
+        column = _map_column(data_dir / f.pop("file"), f["dtype"], tuple(f["shape"]), rows)
+        if column is not None:
+            columns[f["name"]] = column
+    priorities = None
+    if pri_file is not None:
+        priorities = _map_column(pri_file, "float64", (), rows)
+    return _summarise(kind, target, capacity, size, pointer, fields, columns, priorities)
