@@ -3,6 +3,7 @@
 * ``replaystore._sumtree``: the SumTree of prioritized sampling.
 * ``replaystore._ringcopy``: the check-and-copy of the transition buffer's adds.
 * ``replaystore._recency``: the draw and first-occurrence loops of recency sampling.
+* ``replaystore._jsoncopy``: the in-memory experience storage's snapshot of each row.
 
 All are ``optional``: without a C compiler the install still succeeds and
 ``replaystore.sampling.SumTree`` and ``replaystore.transitions.ReplayBuffer``
@@ -35,6 +36,12 @@ setup(
             "replaystore._recency",
             sources=["src/replaystore/_recency.c"],
             extra_compile_args=STRICT_FP,
+            optional=True,
+        ),
+        Extension(
+            "replaystore._jsoncopy",
+            sources=["src/replaystore/_jsoncopy.c"],
+            extra_compile_args=ARGS,
             optional=True,
         ),
     ]

@@ -69,6 +69,13 @@ KERNELS: tuple[Kernel, ...] = (
         used_by="recency-biased sampling (trajectory buffer get_training_samples)",
         fallback_cost="about 2x slower recency-biased sampling",
     ),
+    Kernel(
+        name="jsoncopy",
+        module="replaystore._jsoncopy",
+        env="REPLAYSTORE_JSONCOPY",
+        used_by="the in-memory experience storage's row snapshot (store/store_batch)",
+        fallback_cost="about 2x slower InMemoryStorage add/add_batch (JSON encoding instead)",
+    ),
 )
 
 _CHOICES = ("auto", "c", "numpy")

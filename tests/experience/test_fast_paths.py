@@ -8,7 +8,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
+import json
 import sqlite3
 
 import pytest
@@ -18,7 +20,13 @@ from hypothesis import strategies as st
 from replaystore.errors import ConfigError, SchemaError
 from replaystore.experience import DataRow, Experience, ExpMeta, InMemoryStorage, SqliteStorage
 from replaystore.experience.query import compile_predicate, compile_sql
-from replaystore.experience.rows import _dumps, _encode_payload, encode_row
+from replaystore.experience.rows import (
+    PAYLOAD_FIELDS,
+    _dumps,
+    _encode_payload,
+    encode_row,
+    snapshot_row,
+)
 
 _counter = itertools.count()
 SETTINGS = settings(
@@ -65,6 +73,93 @@ def test_cached_c_encoder_reports_a_cycle_as_an_error_not_a_crash():
     row = DataRow(ExpMeta("t", None, None, 0, 0.0), Experience(state=loop), "r")
     with pytest.raises(SchemaError, match=r"exp_data\.state"):
         encode_row(row)
+
+
+def _same(a, b):
+    """Equal values of the same types all the way down (-0.0 is not 0.0)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, float):
+        return repr(a) == repr(b)
+    return a == b
+
+
+def _containers(value):
+    """The ids of every list/dict/tuple inside ``value``."""
+    if isinstance(value, (list, tuple)):
+        return {id(value)}.union(*(_containers(v) for v in value))
+    if isinstance(value, dict):
+        return {id(value)}.union(*(_containers(v) for v in value.values()))
+    return set()
+
+
+needs_jsoncopy = pytest.mark.skipif(
+    importlib.util.find_spec("replaystore._jsoncopy") is None,
+    reason="replaystore._jsoncopy is not built (no C compiler)",
+)
+
+
+@needs_jsoncopy
+@SETTINGS
+@given(value=ANY)
+def test_compiled_snapshot_is_the_json_round_trip_or_declines(value):
+    from replaystore._jsoncopy import copy
+
+    snap = copy(value)
+    json_path = _outcome(_dumps, value)
+    if snap is NotImplemented:
+        return  # the JSON path decides (it stores or raises the error)
+    assert json_path[0] == "ok"
+    assert _same(snap, json.loads(json_path[1]))
+    assert not _containers(snap) & _containers(value)  # nothing mutable shared
+
+
+@needs_jsoncopy
+@SETTINGS
+@given(
+    state=st.one_of(ANY, st.dictionaries(TEXT, st.lists(LEAF, max_size=3), max_size=3)),
+    reward=st.one_of(st.none(), FLOAT, st.lists(LEAF, max_size=2)),
+)
+def test_snapshot_row_equals_the_row_decoded_from_its_json(state, reward):
+    row = DataRow(ExpMeta("t", "n", "a", 1, 2.0), Experience(state, [state], reward), "r")
+    snap = snapshot_row(row)
+    try:
+        simple = encode_row(row).row
+    except SchemaError:
+        assert snap is None  # the fast path never stores what the JSON path refuses
+        return
+    if snap is None:
+        return
+    assert snap.id == simple.id and snap.exp_meta == simple.exp_meta
+    assert snap.exp_meta is not row.exp_meta
+    for name in PAYLOAD_FIELDS:
+        assert _same(getattr(snap.exp_data, name), getattr(simple.exp_data, name)), name
+
+
+def test_in_memory_queries_do_not_see_later_mutation_on_either_path(monkeypatch):
+    import replaystore.experience.rows as rows_module
+
+    for fast in (True, False):
+        if not fast:
+            monkeypatch.setattr(rows_module, "_COPY", [None])
+        store = InMemoryStorage()
+        state = {"x": 1, "tags": ["a"]}
+        row = DataRow(ExpMeta("t", None, None, 0, 0.0), Experience(state=state), f"r{fast}")
+        store.add(row)
+        store.add_batch(
+            [DataRow(ExpMeta("t", None, None, 1, 0.0), Experience(state=state), f"s{fast}")]
+        )
+        state["x"] = 2
+        state["tags"].append("b")
+        row.exp_meta.task_id = "other"
+        assert store.get_all()[0] is row  # reads return the very objects stored
+        assert store.size({"field": "exp_data.state.x", "op": "eq", "value": 1}) == 2
+        assert store.size({"field": "exp_data.state.x", "op": "eq", "value": 2}) == 0
+        assert [r.id for r in store.get_by_task_id("t")] == [f"r{fast}", f"s{fast}"]
 
 
 # ----------------------------------------------------------------------------- rows

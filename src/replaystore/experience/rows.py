@@ -35,6 +35,7 @@ __all__ = [
     "decode_experiences",
     "decode_row",
     "encode_row",
+    "snapshot_row",
     "to_json_value",
 ]
 
@@ -372,26 +373,71 @@ def encode_batch(
     ]
 
 
-def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedRow:
-    """Validate ``row`` and return its normalised copy plus the payload JSON text.
+def snapshot_row(row: Any, where: str = "row") -> DataRow | None:
+    """:func:`encode_row`'s normalised copy, made without JSON, or None to take :func:`encode_row`.
 
-    The copy holds an :class:`ExpMeta` with checked types and an
-    :class:`Experience` whose fields are plain JSON values; nothing of the
-    caller's objects is shared, so later changes to them do not reach the store.
-
-    Args:
-        row: a :class:`DataRow` (or a mapping as :meth:`DataRow.to_dict` returns).
-        where: how to name the row in errors (e.g. ``"data_batch[3]"``).
-        decode: build the normalised :class:`Experience` from the JSON text; storages
-            that keep only the text pass False (the row's ``exp_data`` is then None).
+    For a :class:`DataRow` (exact type) with an :class:`ExpMeta` whose payload
+    holds only plain JSON values (dicts with str keys, lists, tuples, str, 64-bit
+    ints, finite floats, bools, None), the compiled ``replaystore._jsoncopy``
+    copies the payload directly: the copy equals what the JSON round trip of
+    :func:`encode_row` gives (tuples become lists), shares no mutable object
+    with ``row``, and costs about a fifth of the encoding. Anything else (models,
+    dataclasses, NumPy values, non-str keys, NaN, a mapping row) returns None,
+    and so does a missing extension (or ``REPLAYSTORE_JSONCOPY=numpy``).
 
     Raises:
-        SchemaError: ``row`` is None or not a row, ``exp_meta``/``exp_data`` is
-            missing, a metadata field has the wrong type, or the payload is not
-            JSON-serialisable (the message names the row id and the field).
-
-    Cost: one ``json.dumps`` of the payload, and one ``json.loads`` when ``decode``.
+        SchemaError: as :func:`encode_row`, for a row that is invalid whatever
+            its payload (no id, bad metadata, no ``exp_data``).
     """
+    copy = _jsoncopy()
+    if copy is None or type(row) is not DataRow:
+        return None
+    row_id, meta, exp = _check_row(row, where)
+    state = copy(exp.state)
+    actions = copy(exp.actions)
+    reward_t = copy(exp.reward_t)
+    adv_t = copy(exp.adv_t)
+    v_t = copy(exp.v_t)
+    messages = copy(exp.messages)
+    if (
+        state is NotImplemented
+        or actions is NotImplemented
+        or reward_t is NotImplemented
+        or adv_t is NotImplemented
+        or v_t is NotImplemented
+        or messages is NotImplemented
+    ):
+        return None
+    snap = Experience.__new__(Experience)
+    snap.state = state
+    snap.actions = actions
+    snap.reward_t = reward_t
+    snap.adv_t = adv_t
+    snap.v_t = v_t
+    snap.messages = messages
+    return DataRow(meta, snap, row_id)
+
+
+_COPY: list[Any] = []  # [the compiled copy function or None], resolved on first use
+
+
+def _jsoncopy() -> Any:
+    if not _COPY:
+        from replaystore._kernels import resolve_kernel
+
+        try:
+            from replaystore import _jsoncopy as module
+        except ImportError:  # no compiler at install time: JSON encoding it is
+            module = None
+        kernel = resolve_kernel(
+            module, None, env="REPLAYSTORE_JSONCOPY", argument="REPLAYSTORE_JSONCOPY"
+        )
+        _COPY.append(None if kernel is None else kernel.copy)
+    return _COPY[0]
+
+
+def _check_row(row: Any, where: str) -> tuple[str, ExpMeta, Experience]:
+    """The checks of :func:`encode_row` before the payload: ``(id, checked meta, exp_data)``."""
     if type(row) is not DataRow:  # the exact type skips the (slow) ABC checks below
         if row is None:
             raise SchemaError(f"{where} is None; expected a DataRow")
@@ -415,6 +461,30 @@ def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedR
         raise SchemaError(
             f"row {row_id!r}: exp_data must be an Experience, got {type(exp).__name__}"
         )
+    return row_id, meta, exp
+
+
+def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedRow:
+    """Validate ``row`` and return its normalised copy plus the payload JSON text.
+
+    The copy holds an :class:`ExpMeta` with checked types and an
+    :class:`Experience` whose fields are plain JSON values; nothing of the
+    caller's objects is shared, so later changes to them do not reach the store.
+
+    Args:
+        row: a :class:`DataRow` (or a mapping as :meth:`DataRow.to_dict` returns).
+        where: how to name the row in errors (e.g. ``"data_batch[3]"``).
+        decode: build the normalised :class:`Experience` from the JSON text; storages
+            that keep only the text pass False (the row's ``exp_data`` is then None).
+
+    Raises:
+        SchemaError: ``row`` is None or not a row, ``exp_meta``/``exp_data`` is
+            missing, a metadata field has the wrong type, or the payload is not
+            JSON-serialisable (the message names the row id and the field).
+
+    Cost: one ``json.dumps`` of the payload, and one ``json.loads`` when ``decode``.
+    """
+    row_id, meta, exp = _check_row(row, where)
     payload = {
         "state": exp.state,
         "actions": exp.actions,

@@ -29,6 +29,7 @@ from replaystore.experience.rows import (
     _loads,
     encode_batch,
     encode_row,
+    snapshot_row,
 )
 from replaystore.experience.storage.base import (
     Eviction,
@@ -277,7 +278,7 @@ class _Snapshot:
         return values.get(name)
 
 
-def _given_row(row: Any, normalised: DataRow, text: str) -> DataRow:
+def _given_row(row: Any, normalised: DataRow, text: str | None) -> DataRow:
     """What reads return for a stored row: the caller's own object whenever it can be.
 
     A row given as a mapping, or with metadata given as a mapping, has no object
@@ -286,10 +287,19 @@ def _given_row(row: Any, normalised: DataRow, text: str) -> DataRow:
     as the :class:`DataRow` decoded from its stored JSON ``text``.
     """
     if not isinstance(row, DataRow):
+        assert text is not None  # a mapping row is never snapshotted without JSON
         return DataRow(normalised.exp_meta, _experience_from_json(text), normalised.id)
     if isinstance(row.exp_meta, ExpMeta):
         return row
     return DataRow(normalised.exp_meta, row.exp_data, row.id)
+
+
+def _encode(row: Any, where: str) -> tuple[DataRow, DataRow]:
+    """``(snapshot, given)`` through the JSON encoding (rows :func:`snapshot_row` declines)."""
+    encoded = encode_row(row, where, decode=False)
+    snapshot = encoded.row
+    snapshot.exp_data = _Snapshot(encoded.payload_json)  # type: ignore[assignment]
+    return snapshot, _given_row(row, snapshot, encoded.payload_json)
 
 
 class InMemoryStorage(Storage):
@@ -310,15 +320,21 @@ class InMemoryStorage(Storage):
     Treat stored rows as read-only.
 
     Cost: ``add`` is O(1) amortised (AWorld's recounts the whole store on every
-    add): the metadata checks, one JSON encoding of the payload (the validation
-    and the snapshot, as text; about 2-4 us for a few hundred bytes, most of
-    the cost of an add) and the index upkeep. The snapshot is parsed the first
-    time a query reads a payload field (``exp_data...``), once per row; queries
-    on ``exp_meta`` fields never parse it. ``size()`` is O(1); a query with
-    ``eq``/``in_`` on ``exp_meta.task_id``, ``agent_id`` or ``task_name``
-    touches only the matching rows, any other query scans every row once.
-    Memory: your rows plus their JSON snapshot (text, and its parsed form once
-    a payload query has read it). Thread-safe (one lock around every call).
+    add): the metadata checks, the snapshot of the payload and the index upkeep.
+    A payload of plain JSON values (dicts with str keys, lists, tuples, str,
+    64-bit ints, finite floats, bools, None) is snapshotted by the compiled
+    ``replaystore._jsoncopy`` as a deep copy equal to its JSON round trip
+    (about 0.5 us for a few hundred bytes; strings and numbers are shared, as
+    they are immutable). Any other payload (models, dataclasses, NumPy values,
+    non-str keys), or a missing extension, takes the JSON path: one encoding
+    (the validation and the snapshot, as text; 2-4 us), parsed the first time
+    a query reads a payload field (``exp_data...``); queries on ``exp_meta``
+    fields never parse it. Both paths accept and refuse the same rows and give
+    queries the same values. ``size()`` is O(1); a query with ``eq``/``in_`` on
+    ``exp_meta.task_id``, ``agent_id`` or ``task_name`` touches only the
+    matching rows, any other query scans every row once. Memory: your rows plus
+    their snapshot (the copied containers, or the JSON text and its parsed form
+    once a payload query has read it). Thread-safe (one lock around every call).
     """
 
     def __init__(self, max_capacity: int | None = 10000, *, eviction: Eviction = "task") -> None:
@@ -340,10 +356,11 @@ class InMemoryStorage(Storage):
 
     def add(self, data: DataRow) -> None:
         # add_batch([data]) without the list machinery: the common call, kept short.
-        encoded = encode_row(data, "data", decode=False)
-        snapshot = encoded.row
-        snapshot.exp_data = _Snapshot(encoded.payload_json)  # type: ignore[assignment]
-        given = _given_row(data, snapshot, encoded.payload_json)
+        snapshot = snapshot_row(data, "data")
+        if snapshot is not None:  # plain JSON values, copied without encoding them
+            given = data if type(data.exp_meta) is ExpMeta else _given_row(data, snapshot, None)
+        else:
+            snapshot, given = _encode(data, "data")
         with self._lock:
             index = self._index
             if snapshot.id in index.ids:
@@ -360,14 +377,22 @@ class InMemoryStorage(Storage):
         batch: Any = data_batch
         if isinstance(batch, Iterable) and not isinstance(batch, Mapping):
             batch = list(batch)  # read once: validated, then kept
-        encoded = encode_batch(batch, _where, decode=False)
+        if batch is None or isinstance(batch, DataRow | Mapping):
+            encode_batch(batch, _where)  # raises the error that names it
         snapshots = []
         given = []
-        for row, e in zip(batch, encoded, strict=True):
-            snapshot = e.row
-            snapshot.exp_data = _Snapshot(e.payload_json)  # type: ignore[assignment]
-            snapshots.append(snapshot)
-            given.append(_given_row(row, snapshot, e.payload_json))
+        for i, row in enumerate(batch):
+            where = _where or f"data_batch[{i}]"
+            snapshot = snapshot_row(row, where)
+            if snapshot is not None:
+                snapshots.append(snapshot)
+                given.append(
+                    row if type(row.exp_meta) is ExpMeta else _given_row(row, snapshot, None)
+                )
+            else:
+                snapshot, mine = _encode(row, where)
+                snapshots.append(snapshot)
+                given.append(mine)
         with self._lock:
             index = self._index
             ids = index.ids
