@@ -259,6 +259,19 @@ def test_experience_tasks_page_counts_and_pages(exp: TestClient) -> None:
     assert re.findall(r'value=(task-\d+)"', third) == ["task-10", "task-11"]
 
 
+def test_experience_tasks_page_without_a_tasks_table(exp_store: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    copy = tmp_path / "old.sqlite"
+    shutil.copy(exp_store, copy)
+    with sqlite3.connect(copy) as conn:  # a file from before the tasks table existed
+        conn.execute("DROP TABLE tasks")
+    conn.close()
+    html = _client("sqlite_experience_store", copy).get("/?page_size=5&page=3").text
+    assert _text(html, "store-counts") == "36 rows in 12 tasks"
+    assert re.findall(r'value=(task-\d+)"', html) == ["task-10", "task-11"]
+
+
 @pytest.mark.parametrize(
     ("query", "count"),
     [
