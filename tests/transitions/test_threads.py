@@ -222,3 +222,31 @@ def test_an_epoch_iterator_shared_by_two_threads_yields_each_batch_once(storage_
     counts = np.bincount(np.array(got[0] + got[1]), minlength=n)
     assert counts.tolist() == [30] * n
     buf.close()
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+def test_four_trainers_and_a_random_sampler_share_epochs_under_load(sampler: str) -> None:
+    """Four threads split 200 epochs between them while a fifth samples at
+    random; every item is handed out exactly once per epoch, nothing raises."""
+    n, batch_size, n_epochs, trainers = 256, 8, 200, 4
+    buf = ReplayBuffer("cpu", "cpu", n, storage="memory", sampler=sampler, seed=11)
+    buf.add_batch(_rows(0, n))
+    steps = buf.get_steps_and_iterator(n_epochs, 0, batch_size)
+    got: list[list[int]] = [[] for _ in range(trainers)]
+
+    def trainer(k: int) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(steps // trainers):
+                got[k].extend(buf.get_next_batch(batch_size)["action"].tolist())
+
+        return run
+
+    def random_sampler() -> None:
+        for _ in range(2000):
+            buf.sample_batch(32)
+
+    errors = _run(*(trainer(k) for k in range(trainers)), random_sampler)
+    assert not errors, errors[0]
+    counts = np.bincount(np.concatenate([np.array(g) for g in got]), minlength=n)
+    assert counts.tolist() == [n_epochs] * n
+    buf.close()
