@@ -18,10 +18,18 @@
  * values, and nesting deeper than MAX_DEPTH (where the JSON path decides between
  * a deep value and a cycle). Mutable containers are always new, so later changes
  * to the caller's objects never reach the copy.
+ *
+ * dumps(value) returns the JSON text of `value`, character for character what
+ * replaystore's encoder (json, separators (",", ":"), ensure_ascii=False,
+ * allow_nan=False) writes, for the same values copy() takes (a str holding
+ * non-ASCII characters is taken too, written raw as that encoder does), or
+ * NotImplemented for everything else, so the caller takes the json path.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 #define MAX_DEPTH 100
 
@@ -126,6 +134,193 @@ copy_value(PyObject *v, int depth)
     Py_RETURN_NOTIMPLEMENTED;
 }
 
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+} sbuf;
+
+static int
+sb_reserve(sbuf *b, Py_ssize_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap * 2;
+    if (cap < b->len + extra)
+        cap = b->len + extra;
+    char *p = PyMem_Realloc(b->buf, cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->buf = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int
+sb_put(sbuf *b, const char *s, Py_ssize_t n)
+{
+    if (sb_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->buf + b->len, s, n);
+    b->len += n;
+    return 0;
+}
+
+/* A str as a JSON string (UTF-8): escapes as json's encode_basestring. 1: declined. */
+static int
+put_string(sbuf *b, PyObject *s)
+{
+    if (!valid_unicode(s))
+        return 1;
+    Py_ssize_t n;
+    const char *p;
+    PyObject *tmp = NULL;
+    if (PyUnicode_IS_ASCII(s)) {
+        p = (const char *)PyUnicode_DATA(s);
+        n = PyUnicode_GET_LENGTH(s);
+    }
+    else { /* a temporary UTF-8 copy: PyUnicode_AsUTF8 would keep one inside the str */
+        tmp = PyUnicode_AsUTF8String(s);
+        if (tmp == NULL)
+            return -1;
+        p = PyBytes_AS_STRING(tmp);
+        n = PyBytes_GET_SIZE(tmp);
+    }
+    /* worst case: every byte as \u00XX */
+    if (sb_reserve(b, 6 * n + 2) < 0) {
+        Py_XDECREF(tmp);
+        return -1;
+    }
+    char *o = b->buf + b->len;
+    *o++ = '"';
+    static const char hex[] = "0123456789abcdef";
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *o++ = (char)c;
+            continue;
+        }
+        *o++ = '\\';
+        switch (c) {
+        case '"': *o++ = '"'; break;
+        case '\\': *o++ = '\\'; break;
+        case '\n': *o++ = 'n'; break;
+        case '\r': *o++ = 'r'; break;
+        case '\t': *o++ = 't'; break;
+        case '\b': *o++ = 'b'; break;
+        case '\f': *o++ = 'f'; break;
+        default:
+            *o++ = 'u';
+            *o++ = '0';
+            *o++ = '0';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    *o++ = '"';
+    b->len = o - b->buf;
+    Py_XDECREF(tmp);
+    return 0;
+}
+
+/* 0: written; 1: declined; -1: error. */
+static int
+put_value(sbuf *b, PyObject *v, int depth)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    if (v == Py_None)
+        return sb_put(b, "null", 4);
+    if (v == Py_True)
+        return sb_put(b, "true", 4);
+    if (v == Py_False)
+        return sb_put(b, "false", 5);
+    if (t == &PyLong_Type) {
+        int overflow;
+        long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow)
+            return 1;
+        char tmp[32];
+        int n = snprintf(tmp, sizeof tmp, "%lld", x);
+        return sb_put(b, tmp, n);
+    }
+    if (t == &PyFloat_Type) {
+        double x = PyFloat_AS_DOUBLE(v);
+        if (!isfinite(x))
+            return 1;
+        char *r = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (r == NULL)
+            return -1;
+        int rc = sb_put(b, r, (Py_ssize_t)strlen(r));
+        PyMem_Free(r);
+        return rc;
+    }
+    if (t == &PyUnicode_Type)
+        return put_string(b, v);
+    if (depth >= MAX_DEPTH)
+        return 1;
+    if (t == &PyList_Type || t == &PyTuple_Type) {
+        Py_ssize_t n = t == &PyList_Type ? PyList_GET_SIZE(v) : PyTuple_GET_SIZE(v);
+        if (sb_put(b, "[", 1) < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            if (i && sb_put(b, ",", 1) < 0)
+                return -1;
+            PyObject *item = t == &PyList_Type ? PyList_GET_ITEM(v, i) : PyTuple_GET_ITEM(v, i);
+            int rc = put_value(b, item, depth + 1);
+            if (rc)
+                return rc;
+        }
+        return sb_put(b, "]", 1);
+    }
+    if (t == &PyDict_Type) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *value;
+        int first = 1;
+        if (sb_put(b, "{", 1) < 0)
+            return -1;
+        while (PyDict_Next(v, &pos, &key, &value)) {
+            if (Py_TYPE(key) != &PyUnicode_Type)
+                return 1;
+            if (!first && sb_put(b, ",", 1) < 0)
+                return -1;
+            first = 0;
+            int rc = put_string(b, key);
+            if (rc)
+                return rc;
+            if (sb_put(b, ":", 1) < 0)
+                return -1;
+            rc = put_value(b, value, depth + 1);
+            if (rc)
+                return rc;
+        }
+        return sb_put(b, "}", 1);
+    }
+    return 1;
+}
+
+static PyObject *
+jsoncopy_dumps(PyObject *self, PyObject *value)
+{
+    sbuf b = {NULL, 0, 0};
+    /* start at a size that holds a typical row's payload */
+    b.buf = PyMem_Malloc(512);
+    if (b.buf == NULL)
+        return PyErr_NoMemory();
+    b.cap = 512;
+    int rc = put_value(&b, value, 0);
+    PyObject *out;
+    if (rc < 0)
+        out = NULL;
+    else if (rc > 0)
+        out = Py_NewRef(Py_NotImplemented);
+    else
+        out = PyUnicode_DecodeUTF8(b.buf, b.len, "strict");
+    PyMem_Free(b.buf);
+    return out;
+}
+
 static PyObject *
 jsoncopy_copy(PyObject *self, PyObject *value)
 {
@@ -135,6 +330,8 @@ jsoncopy_copy(PyObject *self, PyObject *value)
 static PyMethodDef methods[] = {
     {"copy", jsoncopy_copy, METH_O,
      "copy(value) -> deep copy equal to json.loads(json.dumps(value)), or NotImplemented."},
+    {"dumps", jsoncopy_dumps, METH_O,
+     "dumps(value) -> compact JSON text as replaystore's encoder writes it, or NotImplemented."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -120,6 +120,30 @@ def test_compiled_snapshot_is_the_json_round_trip_or_declines(value):
 
 @needs_jsoncopy
 @SETTINGS
+@given(value=ANY)
+def test_compiled_dumps_writes_the_same_text_or_declines(value):
+    from replaystore._jsoncopy import copy, dumps
+
+    text = dumps(value)
+    if text is NotImplemented:
+        assert copy(value) is NotImplemented  # one rule for both: the json path decides
+        return
+    assert _outcome(_dumps, value) == ("ok", text)
+    assert copy(value) is not NotImplemented
+
+
+@needs_jsoncopy
+def test_compiled_dumps_escapes_as_json_does():
+    from replaystore._jsoncopy import dumps
+
+    text = "".join(map(chr, range(0x80))) + "é€😀\u2028"
+    value = {text: [text, 1.5e300, -0.0, 2**63 - 1, -(2**63), 1e16, 0.1, True, None, ()]}
+    assert dumps(value) == _dumps(value)
+    assert dumps(2**63) is NotImplemented and dumps({1: 2}) is NotImplemented
+
+
+@needs_jsoncopy
+@SETTINGS
 @given(
     state=st.one_of(ANY, st.dictionaries(TEXT, st.lists(LEAF, max_size=3), max_size=3)),
     reward=st.one_of(st.none(), FLOAT, st.lists(LEAF, max_size=2)),
@@ -145,7 +169,7 @@ def test_in_memory_queries_do_not_see_later_mutation_on_either_path(monkeypatch)
 
     for fast in (True, False):
         if not fast:
-            monkeypatch.setattr(rows_module, "_COPY", [None])
+            monkeypatch.setattr(rows_module, "_COPY", [None, None])
         store = InMemoryStorage()
         state = {"x": 1, "tags": ["a"]}
         row = DataRow(ExpMeta("t", None, None, 0, 0.0), Experience(state=state), f"r{fast}")

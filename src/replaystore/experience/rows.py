@@ -418,22 +418,35 @@ def snapshot_row(row: Any, where: str = "row") -> DataRow | None:
     return DataRow(meta, snap, row_id)
 
 
-_COPY: list[Any] = []  # [the compiled copy function or None], resolved on first use
+# [the compiled copy function or None, its dumps or None], resolved on first use
+_COPY: list[Any] = []
+
+
+def _resolve_jsoncopy() -> None:
+    from replaystore._kernels import resolve_kernel
+
+    try:
+        from replaystore import _jsoncopy as module
+    except ImportError:  # no compiler at install time: Python's json it is
+        module = None
+    kernel = resolve_kernel(
+        module, None, env="REPLAYSTORE_JSONCOPY", argument="REPLAYSTORE_JSONCOPY"
+    )
+    _COPY[:] = [None, None] if kernel is None else [kernel.copy, kernel.dumps]
 
 
 def _jsoncopy() -> Any:
+    """``replaystore._jsoncopy.copy``, or None (not built, or ``REPLAYSTORE_JSONCOPY=numpy``)."""
     if not _COPY:
-        from replaystore._kernels import resolve_kernel
-
-        try:
-            from replaystore import _jsoncopy as module
-        except ImportError:  # no compiler at install time: JSON encoding it is
-            module = None
-        kernel = resolve_kernel(
-            module, None, env="REPLAYSTORE_JSONCOPY", argument="REPLAYSTORE_JSONCOPY"
-        )
-        _COPY.append(None if kernel is None else kernel.copy)
+        _resolve_jsoncopy()
     return _COPY[0]
+
+
+def _jsondumps() -> Any:
+    """``replaystore._jsoncopy.dumps``, or None (as :func:`_jsoncopy`)."""
+    if not _COPY:
+        _resolve_jsoncopy()
+    return _COPY[1]
 
 
 def _check_row(row: Any, where: str) -> tuple[str, ExpMeta, Experience]:
@@ -482,7 +495,9 @@ def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedR
             missing, a metadata field has the wrong type, or the payload is not
             JSON-serialisable (the message names the row id and the field).
 
-    Cost: one ``json.dumps`` of the payload, and one ``json.loads`` when ``decode``.
+    Cost: one encoding of the payload (plain JSON values: the compiled
+    ``replaystore._jsoncopy.dumps``, same text, about 0.7 us for a few hundred
+    bytes; anything else: ``json``, 2-4 us), and one ``json.loads`` when ``decode``.
     """
     row_id, meta, exp = _check_row(row, where)
     payload = {
@@ -493,6 +508,11 @@ def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedR
         "v_t": exp.v_t,
         "messages": exp.messages,
     }
+    dumps = _jsondumps()
+    text = NotImplemented if dumps is None else dumps(payload)
+    if text is not NotImplemented:  # plain JSON values: the compiled encoder's same text
+        exp_copy = _experience_from_json(text) if decode else None
+        return EncodedRow(DataRow(meta, exp_copy, row_id), text)  # type: ignore[arg-type]
     try:
         text = _encode_payload(payload)
         if not text.isascii():
