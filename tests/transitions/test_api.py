@@ -377,3 +377,12 @@ def test_bad_batch_sizes_and_epoch_counts_raise_argument_errors(make_buffer) -> 
     assert len(buf) == 8  # a refused reset changed nothing
     with pytest.raises(ArgumentError, match="beta"):
         buf.beta = -1.0
+
+
+def test_a_refused_constructor_creates_no_directory(tmp_path: Path) -> None:
+    target = tmp_path / "never"
+    with pytest.raises(ArgumentError, match="alpha"):
+        ReplayBuffer("cpu", "cpu", 10, sampler="prioritized", alpha=-1.0, path=target)
+    with pytest.raises(ArgumentError, match="add_backend"):
+        ReplayBuffer("cpu", "cpu", 10, add_backend="fortran", path=target)  # type: ignore[arg-type]
+    assert not target.exists()

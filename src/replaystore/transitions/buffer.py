@@ -18,9 +18,10 @@ and any number of sampler threads in the same process see whole transitions
 (never a row whose keys come from different adds). Epoch iterators take the
 lock per batch, not for the whole epoch; threads drawing from one epoch run
 (``get_next_batch``, or one iterator shared between them) share it: between
-them they get each stored item exactly once per epoch. The lock is a plain ``threading.Lock``
-on purpose: a thread woken from it takes it in C, before it needs the GIL, which
-keeps a sampler's waits for it short while a writer adds in a loop. A strict
+them they get each stored item exactly once per epoch. The lock is a plain
+``threading.Lock`` on purpose: a thread woken from it takes it in C, before it
+needs the GIL, which keeps a sampler's waits for it short while a writer adds
+in a loop. A strict
 FIFO hand-over lock was measured to be slower for both threads: every hand-over
 waits for the other thread to be scheduled (a lock convoy). What a writer
 running Python in a tight loop still takes from a sampler thread is interpreter
@@ -180,8 +181,12 @@ class ReplayBuffer:
         if path is not None and self._kind != "memmap":
             raise ArgumentError("path= names the memory-map directory; it needs memmap storage")
         self._sampler_kind = check_choice(sampler, "sampler", ("uniform", "prioritized"))
+        prioritized = sampler == "prioritized"
+        kernel = resolve_add_kernel(add_backend)
         # Checked by PriorityIndex when prioritized; a uniform buffer only keeps them.
         self._alpha, self._beta, self._eps = float(alpha), float(beta), float(eps)
+        priorities = self._new_priorities() if prioritized else None
+        # Every argument is checked: only now is anything created on disk.
         self._path = ensure_directory(path) if path is not None else None
         self._tmpdir: TemporaryDirectory | None = None
 
@@ -189,16 +194,12 @@ class ReplayBuffer:
         self._lock = threading.Lock()
         self._storage: TensorStorage | MemmapStorage | None = None
         self._fields: dict[str, FieldSpec] | None = None
-        prioritized = sampler == "prioritized"
         self._sampler = TransitionSampler(self.storing_device, self.device, seed)
         self._writer = RingWriter(
-            self._capacity,
-            resolve_add_kernel(add_backend),
-            self._create,
-            _RESERVED if prioritized else (),
+            self._capacity, kernel, self._create, _RESERVED if prioritized else ()
         )
         self._prio: PriorityIndex | None = None
-        self._set_priorities(self._new_priorities() if prioritized else None)
+        self._set_priorities(priorities)
         # The epochs get_next_batch draws from (None: it samples at random).
         self._epochs: EpochSchedule | None = None
         if self._path is not None:
