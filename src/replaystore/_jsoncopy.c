@@ -19,6 +19,10 @@
  * a deep value and a cycle). Mutable containers are always new, so later changes
  * to the caller's objects never reach the copy.
  *
+ * copy_fields(obj, cls, names) returns a new instance of `cls` (made by its
+ * tp_alloc, no __init__: for slots classes) whose attributes `names` are
+ * copy(getattr(obj, name)), or NotImplemented when one of them declines.
+ *
  * dumps(value) returns the JSON text of `value`, character for character what
  * replaystore's encoder (json, separators (",", ":"), ensure_ascii=False,
  * allow_nan=False) writes, for the same values copy() takes (a str holding
@@ -321,6 +325,41 @@ jsoncopy_dumps(PyObject *self, PyObject *value)
     return out;
 }
 
+
+static PyObject *
+jsoncopy_copy_fields(PyObject *self, PyObject *args)
+{
+    PyObject *obj, *names;
+    PyTypeObject *cls;
+    if (!PyArg_ParseTuple(args, "OO!O!", &obj, &PyType_Type, &cls, &PyTuple_Type, &names))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    PyObject *out = cls->tp_alloc(cls, 0);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        PyObject *value = PyObject_GetAttr(obj, name);
+        if (value == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *c = copy_value(value, 0);
+        Py_DECREF(value);
+        if (c == NULL || c == Py_NotImplemented) {
+            Py_DECREF(out);
+            return c;
+        }
+        int rc = PyObject_SetAttr(out, name, c);
+        Py_DECREF(c);
+        if (rc < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
 static PyObject *
 jsoncopy_copy(PyObject *self, PyObject *value)
 {
@@ -330,6 +369,8 @@ jsoncopy_copy(PyObject *self, PyObject *value)
 static PyMethodDef methods[] = {
     {"copy", jsoncopy_copy, METH_O,
      "copy(value) -> deep copy equal to json.loads(json.dumps(value)), or NotImplemented."},
+    {"copy_fields", jsoncopy_copy_fields, METH_VARARGS,
+     "copy_fields(obj, cls, names) -> new cls whose names are copies of obj's, or NotImplemented."},
     {"dumps", jsoncopy_dumps, METH_O,
      "dumps(value) -> compact JSON text as replaystore's encoder writes it, or NotImplemented."},
     {NULL, NULL, 0, NULL},
