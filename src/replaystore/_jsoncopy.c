@@ -23,6 +23,13 @@
  * tp_alloc, no __init__: for slots classes) whose attributes `names` are
  * copy(getattr(obj, name)), or NotImplemented when one of them declines.
  *
+ * The copies are not tracked by the cyclic garbage collector (nor is
+ * copy_fields' instance): they hold only immutable values and other such
+ * copies, are never changed afterwards, so they can be part of no cycle;
+ * a store of a million rows then adds nothing to every full collection.
+ * untrack(obj) does the same for an object whose referents (its type aside)
+ * are all untracked, and returns whether it did.
+ *
  * dumps(value) returns the JSON text of `value`, character for character what
  * replaystore's encoder (json, separators (",", ":"), ensure_ascii=False,
  * allow_nan=False) writes, for the same values copy() takes (a str holding
@@ -58,6 +65,35 @@ valid_unicode(PyObject *s)
     for (Py_ssize_t i = 0; i < n; i++)
         if (p[i] >= 0xD800 && p[i] <= 0xDFFF)
             return 0;
+    return 1;
+}
+
+static int
+visit_tracked(PyObject *child, void *arg)
+{
+    void **a = (void **)arg;
+    if (child != (PyObject *)a[0] && PyObject_GC_IsTracked(child)) {
+        *(int *)a[1] = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Untrack `obj` when none of its referents but its type is tracked: 1 done, 0 not. */
+static int
+untrack_if_leaves(PyObject *obj)
+{
+    if (!PyObject_GC_IsTracked(obj))
+        return 1;
+    traverseproc traverse = Py_TYPE(obj)->tp_traverse;
+    if (traverse == NULL)
+        return 0;
+    int found = 0;
+    void *arg[2] = {(void *)Py_TYPE(obj), &found};
+    traverse(obj, visit_tracked, arg);
+    if (found)
+        return 0;
+    PyObject_GC_UnTrack(obj);
     return 1;
 }
 
@@ -108,6 +144,7 @@ copy_value(PyObject *v, int depth)
             }
             PyList_SET_ITEM(out, i, c);
         }
+        untrack_if_leaves(out);
         return out;
     }
     if (t == &PyDict_Type) {
@@ -133,6 +170,7 @@ copy_value(PyObject *v, int depth)
                 return NULL;
             }
         }
+        untrack_if_leaves(out); /* inserting a list tracks a dict */
         return out;
     }
     Py_RETURN_NOTIMPLEMENTED;
@@ -357,7 +395,14 @@ jsoncopy_copy_fields(PyObject *self, PyObject *args)
             return NULL;
         }
     }
+    untrack_if_leaves(out);
     return out;
+}
+
+static PyObject *
+jsoncopy_untrack(PyObject *self, PyObject *obj)
+{
+    return PyBool_FromLong(untrack_if_leaves(obj));
 }
 
 static PyObject *
@@ -371,6 +416,8 @@ static PyMethodDef methods[] = {
      "copy(value) -> deep copy equal to json.loads(json.dumps(value)), or NotImplemented."},
     {"copy_fields", jsoncopy_copy_fields, METH_VARARGS,
      "copy_fields(obj, cls, names) -> new cls whose names are copies of obj's, or NotImplemented."},
+    {"untrack", jsoncopy_untrack, METH_O,
+     "untrack(obj) -> whether obj is now untracked (only when its referents are)."},
     {"dumps", jsoncopy_dumps, METH_O,
      "dumps(value) -> compact JSON text as replaystore's encoder writes it, or NotImplemented."},
     {NULL, NULL, 0, NULL},

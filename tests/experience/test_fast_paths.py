@@ -164,12 +164,36 @@ def test_snapshot_row_equals_the_row_decoded_from_its_json(state, reward):
         assert _same(getattr(snap.exp_data, name), getattr(simple.exp_data, name)), name
 
 
+@needs_jsoncopy
+def test_compiled_copy_fields_and_untrack():
+    import gc
+
+    from replaystore._jsoncopy import copy_fields, untrack
+
+    exp = Experience(state={"a": [1, {"b": (2,)}]}, actions=[[]], reward_t=1.0)
+    snap = copy_fields(exp, Experience, PAYLOAD_FIELDS)
+    assert type(snap) is Experience and snap.state == {"a": [1, {"b": [2]}]}
+    assert snap.state is not exp.state and snap.actions[0] is not exp.actions[0]
+    assert not gc.is_tracked(snap) and not gc.is_tracked(snap.actions)
+    assert copy_fields(Experience(state={1, 2}), Experience, PAYLOAD_FIELDS) is NotImplemented
+    with pytest.raises(AttributeError):
+        copy_fields(object(), Experience, PAYLOAD_FIELDS)
+    held = [exp.state]  # a tracked referent: left tracked (it could be part of a cycle)
+    row = DataRow(ExpMeta("t", None, None, 0, 0.0), Experience(state=held), "r")
+    assert untrack(row.exp_meta) is True and not gc.is_tracked(row.exp_meta)
+    assert untrack(row.exp_data) is False and gc.is_tracked(row.exp_data)
+    snapshot = snapshot_row(row)
+    assert not any(map(gc.is_tracked, (snapshot, snapshot.exp_meta, snapshot.exp_data)))
+    gc.collect()  # the untracked snapshot stays whole
+    assert snapshot.exp_data.state == [{"a": [1, {"b": [2]}]}]
+
+
 def test_in_memory_queries_do_not_see_later_mutation_on_either_path(monkeypatch):
     import replaystore.experience.rows as rows_module
 
     for fast in (True, False):
         if not fast:
-            monkeypatch.setattr(rows_module, "_COPY", [None, None, None])
+            monkeypatch.setattr(rows_module, "_COPY", [None] * 4)
         store = InMemoryStorage()
         state = {"x": 1, "tags": ["a"]}
         row = DataRow(ExpMeta("t", None, None, 0, 0.0), Experience(state=state), f"r{fast}")

@@ -408,10 +408,16 @@ def snapshot_row(row: Any, where: str = "row") -> DataRow | None:
     snap = _COPY[2](exp, Experience, PAYLOAD_FIELDS)
     if snap is NotImplemented:
         return None
-    return _new_row(meta, snap, row_id)
+    # Nothing in the snapshot can be part of a cycle (immutable values and fresh
+    # copies, never changed): keep it off the garbage collector's lists.
+    untrack = _COPY[3]
+    untrack(meta)
+    out = _new_row(meta, snap, row_id)
+    untrack(out)
+    return out
 
 
-# [the compiled copy, dumps and copy_fields functions, or three None], resolved on first use
+# [the compiled copy, dumps, copy_fields and untrack, or four None], resolved on first use
 _COPY: list[Any] = []
 
 
@@ -425,7 +431,11 @@ def _resolve_jsoncopy() -> None:
     kernel = resolve_kernel(
         module, None, env="REPLAYSTORE_JSONCOPY", argument="REPLAYSTORE_JSONCOPY"
     )
-    _COPY[:] = [None] * 3 if kernel is None else [kernel.copy, kernel.dumps, kernel.copy_fields]
+    _COPY[:] = (
+        [None] * 4
+        if kernel is None
+        else [kernel.copy, kernel.dumps, kernel.copy_fields, kernel.untrack]
+    )
 
 
 def _jsoncopy() -> Any:
