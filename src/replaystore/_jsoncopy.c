@@ -23,6 +23,12 @@
  * tp_alloc, no __init__: for slots classes) whose attributes `names` are
  * copy(getattr(obj, name)), or NotImplemented when one of them declines.
  *
+ * copy_checked(obj, cls, spec) is copy_fields for flat records: spec is a
+ * tuple of (name, kind) pairs, kind "s" (an ASCII str), "S" (an ASCII str or
+ * None), "i" (an int of 64 bits, not bool) or "f" (a finite float); the values
+ * are taken as they are (all immutable) when every one has exactly that type,
+ * else NotImplemented (the caller's own checks then convert or refuse them).
+ *
  * The copies are not tracked by the cyclic garbage collector (nor is
  * copy_fields' instance): they hold only immutable values and other such
  * copies, are never changed afterwards, so they can be part of no cycle;
@@ -399,6 +405,76 @@ jsoncopy_copy_fields(PyObject *self, PyObject *args)
     return out;
 }
 
+static int
+kind_ok(PyObject *v, char kind)
+{
+    PyTypeObject *t = Py_TYPE(v);
+    switch (kind) {
+    case 'S':
+        if (v == Py_None)
+            return 1;
+        /* fall through */
+    case 's':
+        return t == &PyUnicode_Type && PyUnicode_IS_ASCII(v);
+    case 'i': {
+        if (t != &PyLong_Type)
+            return 0;
+        int overflow;
+        PyLong_AsLongLongAndOverflow(v, &overflow);
+        return !overflow;
+    }
+    case 'f':
+        return t == &PyFloat_Type && isfinite(PyFloat_AS_DOUBLE(v));
+    }
+    return 0;
+}
+
+static PyObject *
+jsoncopy_copy_checked(PyObject *self, PyObject *args)
+{
+    PyObject *obj, *spec;
+    PyTypeObject *cls;
+    if (!PyArg_ParseTuple(args, "OO!O!", &obj, &PyType_Type, &cls, &PyTuple_Type, &spec))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    PyObject *out = cls->tp_alloc(cls, 0);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(spec, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyUnicode_Check(PyTuple_GET_ITEM(pair, 1))) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_TypeError, "spec must hold (name, kind) pairs");
+            return NULL;
+        }
+        PyObject *name = PyTuple_GET_ITEM(pair, 0);
+        const char *kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 1));
+        if (kind == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *value = PyObject_GetAttr(obj, name);
+        if (value == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (!kind_ok(value, kind[0])) {
+            Py_DECREF(value);
+            Py_DECREF(out);
+            Py_RETURN_NOTIMPLEMENTED;
+        }
+        int rc = PyObject_SetAttr(out, name, value);
+        Py_DECREF(value);
+        if (rc < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+    }
+    untrack_if_leaves(out);
+    return out;
+}
+
 static PyObject *
 jsoncopy_untrack(PyObject *self, PyObject *obj)
 {
@@ -416,6 +492,8 @@ static PyMethodDef methods[] = {
      "copy(value) -> deep copy equal to json.loads(json.dumps(value)), or NotImplemented."},
     {"copy_fields", jsoncopy_copy_fields, METH_VARARGS,
      "copy_fields(obj, cls, names) -> new cls whose names are copies of obj's, or NotImplemented."},
+    {"copy_checked", jsoncopy_copy_checked, METH_VARARGS,
+     "copy_checked(obj, cls, spec) -> new cls with obj's fields of exactly the spec's types."},
     {"untrack", jsoncopy_untrack, METH_O,
      "untrack(obj) -> whether obj is now untracked (only when its referents are)."},
     {"dumps", jsoncopy_dumps, METH_O,

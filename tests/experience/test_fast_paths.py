@@ -21,6 +21,7 @@ from replaystore.errors import ConfigError, SchemaError
 from replaystore.experience import DataRow, Experience, ExpMeta, InMemoryStorage, SqliteStorage
 from replaystore.experience.query import compile_predicate, compile_sql
 from replaystore.experience.rows import (
+    META_FIELDS,
     PAYLOAD_FIELDS,
     _dumps,
     _encode_payload,
@@ -164,6 +165,46 @@ def test_snapshot_row_equals_the_row_decoded_from_its_json(state, reward):
         assert _same(getattr(snap.exp_data, name), getattr(simple.exp_data, name)), name
 
 
+META_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**64), 2**64),
+    st.floats(allow_nan=True, allow_infinity=True),
+    TEXT,
+    st.sampled_from(["", "t1", "agent_7"]),
+)
+
+
+@needs_jsoncopy
+@SETTINGS
+@given(
+    values=st.lists(META_VALUE, min_size=6, max_size=6),
+    good=st.lists(st.booleans(), min_size=6, max_size=6),
+    row_id=st.one_of(st.sampled_from(["r", "é", ""]), st.integers(0, 3)),
+)
+def test_snapshot_row_checks_metadata_as_encode_row_does(values, good, row_id):
+    # Each field either a valid value of the exact type or an arbitrary one.
+    fallback = ["t", None, None, 3, 1.5, None]
+    fields = [
+        v if not ok else fallback[i] for i, (v, ok) in enumerate(zip(values, good, strict=True))
+    ]
+    meta = ExpMeta.__new__(ExpMeta)
+    for name, value in zip(META_FIELDS, fields, strict=True):
+        setattr(meta, name, value)
+    row = DataRow(meta, Experience(state={"x": 1}), row_id)
+    try:
+        simple = encode_row(row).row
+    except SchemaError as exc:
+        with pytest.raises(SchemaError) as fast:
+            snapshot_row(row)
+        assert str(fast.value) == str(exc)
+        return
+    snap = snapshot_row(row)
+    assert snap is not None and snap.id == simple.id
+    for name in META_FIELDS:
+        assert _same(getattr(snap.exp_meta, name), getattr(simple.exp_meta, name)), name
+
+
 @needs_jsoncopy
 def test_compiled_copy_fields_and_untrack():
     import gc
@@ -193,7 +234,7 @@ def test_in_memory_queries_do_not_see_later_mutation_on_either_path(monkeypatch)
 
     for fast in (True, False):
         if not fast:
-            monkeypatch.setattr(rows_module, "_COPY", [None] * 4)
+            monkeypatch.setattr(rows_module, "_COPY", [None] * 5)
         store = InMemoryStorage()
         state = {"x": 1, "tags": ["a"]}
         row = DataRow(ExpMeta("t", None, None, 0, 0.0), Experience(state=state), f"r{fast}")

@@ -404,7 +404,21 @@ def snapshot_row(row: Any, where: str = "row") -> DataRow | None:
     copy = _COPY[0] if _COPY else _jsoncopy()
     if copy is None or type(row) is not DataRow:
         return None
-    row_id, meta, exp = _check_row(row, where)
+    row_id = row.id
+    meta = row.exp_meta
+    exp = row.exp_data
+    if (
+        type(row_id) is str
+        and row_id
+        and row_id.isascii()
+        and type(meta) is ExpMeta
+        and type(exp) is Experience
+    ):  # the common case: _check_row's checks of the metadata, in one compiled call
+        meta = _COPY[4](meta, ExpMeta, _META_SPEC)
+        if meta is NotImplemented:
+            row_id, meta, exp = _check_row(row, where)
+    else:
+        row_id, meta, exp = _check_row(row, where)
     snap = _COPY[2](exp, Experience, PAYLOAD_FIELDS)
     if snap is NotImplemented:
         return None
@@ -417,7 +431,18 @@ def snapshot_row(row: Any, where: str = "row") -> DataRow | None:
     return out
 
 
-# [the compiled copy, dumps, copy_fields and untrack, or four None], resolved on first use
+# The metadata checks of _check_meta's fast path, for _jsoncopy.copy_checked.
+_META_SPEC = (
+    ("task_id", "s"),
+    ("task_name", "S"),
+    ("agent_id", "S"),
+    ("step", "i"),
+    ("execute_time", "f"),
+    ("pre_agent", "S"),
+)
+
+
+# [the compiled copy, dumps, copy_fields, untrack and copy_checked, or five None], on first use
 _COPY: list[Any] = []
 
 
@@ -432,9 +457,9 @@ def _resolve_jsoncopy() -> None:
         module, None, env="REPLAYSTORE_JSONCOPY", argument="REPLAYSTORE_JSONCOPY"
     )
     _COPY[:] = (
-        [None] * 4
+        [None] * 5
         if kernel is None
-        else [kernel.copy, kernel.dumps, kernel.copy_fields, kernel.untrack]
+        else [kernel.copy, kernel.dumps, kernel.copy_fields, kernel.untrack, kernel.copy_checked]
     )
 
 
