@@ -404,21 +404,7 @@ def snapshot_row(row: Any, where: str = "row") -> DataRow | None:
     copy = _COPY[0] if _COPY else _jsoncopy()
     if copy is None or type(row) is not DataRow:
         return None
-    row_id = row.id
-    meta = row.exp_meta
-    exp = row.exp_data
-    if (
-        type(row_id) is str
-        and row_id
-        and row_id.isascii()
-        and type(meta) is ExpMeta
-        and type(exp) is Experience
-    ):  # the common case: _check_row's checks of the metadata, in one compiled call
-        meta = _COPY[4](meta, ExpMeta, _META_SPEC)
-        if meta is NotImplemented:
-            row_id, meta, exp = _check_row(row, where)
-    else:
-        row_id, meta, exp = _check_row(row, where)
+    row_id, meta, exp = _check_row(row, where)
     snap = _COPY[2](exp, Experience, PAYLOAD_FIELDS)
     if snap is NotImplemented:
         return None
@@ -470,6 +456,13 @@ def _jsoncopy() -> Any:
     return _COPY[0]
 
 
+def _copy_checked() -> Any:
+    """``replaystore._jsoncopy.copy_checked``, or None (as :func:`_jsoncopy`)."""
+    if not _COPY:
+        _resolve_jsoncopy()
+    return _COPY[4]
+
+
 def _jsondumps() -> Any:
     """``replaystore._jsoncopy.dumps``, or None (as :func:`_jsoncopy`)."""
     if not _COPY:
@@ -479,6 +472,22 @@ def _jsondumps() -> Any:
 
 def _check_row(row: Any, where: str) -> tuple[str, ExpMeta, Experience]:
     """The checks of :func:`encode_row` before the payload: ``(id, checked meta, exp_data)``."""
+    if type(row) is DataRow:
+        row_id = row.id
+        meta = row.exp_meta
+        exp = row.exp_data
+        checked = _COPY[4] if _COPY else _copy_checked()
+        if (
+            checked is not None
+            and type(row_id) is str
+            and row_id
+            and row_id.isascii()
+            and type(meta) is ExpMeta
+            and type(exp) is Experience
+        ):  # the common case: _check_meta's fast path, in one compiled call
+            meta = checked(meta, ExpMeta, _META_SPEC)
+            if meta is not NotImplemented:
+                return row_id, meta, exp
     if type(row) is not DataRow:  # the exact type skips the (slow) ABC checks below
         if row is None:
             raise SchemaError(f"{where} is None; expected a DataRow")
