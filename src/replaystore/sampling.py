@@ -658,8 +658,9 @@ def _draw_recency(
     """
     out: list[NDArray[np.int64]] = []
     got = 0
+    rate = 0.95  # share of pairs accepted: near 1 unless n is small and the power large
     while got < m:
-        want = int((m - got) * 1.1) + 16
+        want = int((m - got) / rate * 1.02) + 16
         u = gen.random(want)
         v = gen.random(want)
         if kernel is None:
@@ -669,9 +670,20 @@ def _draw_recency(
             ranks = ranks[: kernel.accept(_recency_root(u, n, power), v, n, power, ranks)]
         out.append(ranks)
         got += ranks.size
+        rate = max(ranks.size / want, 0.01)
     if len(out) == 1:
         return out[0][:m]
     return np.concatenate(out)[:m] if out else np.empty(0, dtype=np.int64)
+
+
+def _round_size(need: int) -> int:
+    """Draws per round of the recency sampler when ``need`` distinct ranks are missing.
+
+    Slightly more than ``need``: repeats are few while the ranks drawn are few
+    against the pool; a short round is followed by a smaller one (cheaper than
+    drawing too much in the first).
+    """
+    return int(need * 1.12) + 32
 
 
 def _mask(n: int) -> NDArray[np.uint8]:
@@ -751,7 +763,7 @@ def recency_sample_without_replacement(
     taken: NDArray[np.bool_] | None = None
     for _ in range(8):
         need = k - got
-        draws = _draw_recency(int(need * 1.25) + 32, n, power, gen)
+        draws = _draw_recency(_round_size(need), n, power, gen)
         if taken is not None:
             draws = draws[~taken[draws]]
         new = _first_occurrences(draws, scratch)[:need]
@@ -780,7 +792,7 @@ def _recency_compiled(
     try:
         for _ in range(8):
             need = k - got
-            draws = _draw_recency(int(need * 1.25) + 32, n, power, gen, kernel)
+            draws = _draw_recency(_round_size(need), n, power, gen, kernel)
             got += kernel.first_new(draws, mask, need, out[got:])
             if got == k:
                 break
