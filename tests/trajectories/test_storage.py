@@ -431,10 +431,15 @@ def test_from_storage_holds_only_an_index(
 def test_from_storage_names_a_none_final_reward_with_its_file(
     trajectory_factory: TrajectoryFactory,
 ) -> None:
+    # save_iteration refuses a None final reward (test_reward_rule.py); a file
+    # written before that rule is refused on reading, naming the trajectory and file.
+    from .test_reward_rule import set_header_final_reward
+
     storage = TrajectoryStorage(trajectory_factory.root)
     storage.save_iteration(1, [trajectory_factory.trajectory(1)])
-    storage.save_iteration(2, [trajectory_factory.trajectory(2, final_reward=None)])
-    with pytest.raises(TrajectoryError, match=r"trajectory 1 .*iteration_000002.*reward None"):
+    path = storage.save_iteration(2, [trajectory_factory.trajectory(2)])
+    set_header_final_reward(path, 0, None)
+    with pytest.raises(TrajectoryError, match=r"trajectory 0 of .*iteration_000002.*reward None"):
         ReplayBuffer.from_storage(storage.root)
 
 

@@ -3,7 +3,8 @@
 * :class:`TaskHistory` (``task_history``): attempt levels 0-5 per task, level weights.
 * :class:`TaskSampler` (``task_sampler``): which tasks the next rollout runs.
 * :class:`Blocklist` (``blocklist``): websites that blocked the agent, with expiry.
-* ``images``: image files as base64 data URLs or ``file://`` URLs, in message lists.
+* ``images``: image files as base64 data URLs or ``file://`` URLs, in message lists
+  (a compatibility name for :mod:`replaystore.images`).
 
 WebGym's ``webgym.utils`` names, as drop-in layers over the above (same module
 names, parameters and return shapes; DataFrames need the ``pandas`` extra):
@@ -14,8 +15,9 @@ names, parameters and return shapes; DataFrames need the ``pandas`` extra):
 (:class:`RolloutSampler`), ``task_history_manager`` (:class:`TaskHistoryManager`),
 ``blocklist_manager`` (:class:`BlocklistManager`).
 
-Names are resolved lazily, so ``import replaystore.pipeline.images`` does not pay
-for the others (the task sampler imports torch through the trajectory package).
+Names are resolved lazily, so importing one module does not pay for the others;
+no module of this package imports torch (``from replaystore.pipeline import
+TaskHistory`` loads NumPy and the trajectory components only).
 """
 
 from __future__ import annotations

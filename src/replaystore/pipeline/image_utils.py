@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from replaystore.errors import ImageError
-from replaystore.pipeline.images import image_part_url, image_to_data_url, image_to_file_url
+from replaystore.images import image_part_url, image_to_data_url, image_to_file_url
 
 __all__ = [
     "convert_messages_to_path_format",

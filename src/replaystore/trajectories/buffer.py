@@ -38,12 +38,11 @@ from __future__ import annotations
 import json
 import logging
 import math
-import numbers
 import operator
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol, overload
+from typing import Any, overload
 
 import numpy as np
 import torch
@@ -58,11 +57,21 @@ from replaystore.sampling import (
     weighted_sample_without_replacement,
 )
 from replaystore.trajectories.components import Observation, Response, Step, step_from_dict
+from replaystore.trajectories.index import (
+    SAME_KEY,
+    StepIndex,
+    StepSource,
+    final_reward,
+    is_dummy_trajectory,
+)
+from replaystore.trajectories.index import field_of as _field
+from replaystore.trajectories.index import step_part as _step_part
 from replaystore.trajectories.screenshots import (
     ScreenshotFingerprinter,
     default_fingerprinter,
     same_as_next_flags,
 )
+from replaystore.trajectories.storage import TrajectoryStorage
 
 __all__ = [
     "BufferStats",
@@ -77,7 +86,6 @@ __all__ = [
 
 logger = logging.getLogger("replaystore.trajectories.buffer")
 
-SAME_KEY = "same_as_next_screenshot"
 # Flag codes while indexing: 0 different, 1 same, 2 not precomputed.
 _FLAG_CODES: dict[Any, int] = {False: 0, True: 1, None: 2}
 _UNKNOWN = 2
@@ -85,69 +93,6 @@ _TABLE_CACHE_SIZE = 4
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _field(obj: Any, name: str) -> Any:
-    """A field of a component given as an object or as its dict form (None if absent)."""
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
-def _step_part(step: Any, key: str) -> Any:
-    if isinstance(step, Mapping):
-        return step.get(key)
-    if isinstance(step, Step):
-        return getattr(step, key)
-    return None
-
-
-def is_dummy_trajectory(trajectory: Sequence[Any]) -> bool:
-    """WebGym's placeholder for an invalid URL: exactly one step whose action key is
-    ``invalid_url``, whose observation has an empty image path, or whose action
-    string contains "Invalid URL"."""
-    if len(trajectory) != 1:
-        return False
-    step = trajectory[0]
-    observation = _step_part(step, "observation")
-    if observation is not None and _field(observation, "image_path") == "":
-        return True
-    action = _step_part(step, "action")
-    if action is None:
-        return False
-    inner = _field(action, "action")
-    if isinstance(inner, Mapping) and inner.get("key") == "invalid_url":
-        return True
-    text = _field(action, "action_string")
-    return isinstance(text, str) and "Invalid URL" in text
-
-
-def final_reward(trajectory: Sequence[Any], where: str) -> float:
-    """The final step's reward as a float.
-
-    Raises:
-        TrajectoryError: the trajectory is empty, or its final reward is missing,
-            None, not a number or not finite (``where`` names the trajectory).
-    """
-    if len(trajectory) == 0:
-        raise TrajectoryError(f"{where} has no steps")
-    last = len(trajectory) - 1
-    reward = _step_part(trajectory[last], "reward")
-    if reward is None:
-        raise TrajectoryError(f"{where}: final step {last} has no 'reward'")
-    value = _field(reward, "reward")
-    if value is None:
-        raise TrajectoryError(
-            f"{where}: final step {last} has reward None, so success is undefined "
-            "(WebGym raises AttributeError here); set a numeric final reward or drop "
-            "the trajectory"
-        )
-    if not isinstance(value, numbers.Real):
-        raise TrajectoryError(f"{where}: final step {last} has a non-numeric reward {value!r}")
-    number = float(value)
-    if not math.isfinite(number):
-        raise TrajectoryError(f"{where}: final step {last} has a non-finite reward {number}")
-    return number
 
 
 def as_step_mapping(raw: Any, where: str) -> Mapping[str, Any]:
@@ -209,22 +154,6 @@ def _rank() -> int:
 # --------------------------------------------------------------------------- step sources
 
 
-class StepSource(Protocol):
-    """Where the step objects behind the index live (memory or iteration files)."""
-
-    def step(self, pos: int, traj: int, step: int) -> Mapping[str, Any]:
-        """The step mapping (component objects) at collection position ``pos``."""
-        ...
-
-    def history(self, pos: int, traj: int, step: int) -> list[Mapping[str, Any]]:
-        """The mappings of steps ``0 .. step-1`` of the same trajectory."""
-        ...
-
-    def describe(self, traj: int, step: int) -> str:
-        """Human words for a step: ``"trajectory 3 step 1"`` (+ the file, if any)."""
-        ...
-
-
 class _MemorySource:
     """Steps of trajectories held by the caller (the buffer keeps a reference, no copy)."""
 
@@ -242,37 +171,6 @@ class _MemorySource:
     def history(self, pos: int, traj: int, step: int) -> list[Mapping[str, Any]]:
         steps = self.trajectories[traj]
         return [as_step_mapping(steps[i], self.describe(traj, i)) for i in range(step)]
-
-
-@dataclass(slots=True)
-class StepIndex:
-    """Per-step facts of a collection, in collection order (what a buffer is built on).
-
-    Attributes:
-        traj: trajectory id per step (the source's numbering), int64.
-        step: step number within its trajectory, int32.
-        reward: the trajectory's final reward per step, float64.
-        same: same-as-next-screenshot per step (False on last steps), bool.
-        trajectory_rewards: final reward per kept (non-dummy) trajectory, float64.
-        dummy_trajectories: dummy trajectories dropped.
-        computed_steps: steps whose flag was computed from the pixels.
-        missing_screenshots: screenshot lookups that found no readable file.
-        source: where the step objects are read from on access.
-        has_prompt: per step, whether it stores a non-empty ``response.raw_prompt``
-            (bool); ``None`` when the source cannot tell without reading the steps
-            (then a missing prompt is found on access).
-    """
-
-    traj: NDArray[np.int64]
-    step: NDArray[np.int32]
-    reward: NDArray[np.float64]
-    same: NDArray[np.bool_]
-    trajectory_rewards: NDArray[np.float64]
-    dummy_trajectories: int
-    computed_steps: int
-    missing_screenshots: int
-    source: StepSource
-    has_prompt: NDArray[np.bool_] | None = None
 
 
 def _flag_codes(steps: Sequence[Any], where: str) -> list[int]:
@@ -624,8 +522,6 @@ class ReplayBuffer(Dataset):
             StorageError: no iteration files, or a file that is not ours.
             TrajectoryError: a non-dummy trajectory with a final reward of None.
         """
-        from replaystore.trajectories.storage import TrajectoryStorage
-
         index = TrajectoryStorage(path).build_index(last_n_iterations)
         return cls.from_index(index, **buffer_kwargs)
 

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from replaystore.errors import ImageError, SchemaError, TrajectoryError
-from replaystore.pipeline.images import image_to_data_url, image_to_file_url
+from replaystore.images import image_to_data_url, image_to_file_url
 from replaystore.trajectories.components import Observation, Step, Task
 from replaystore.trajectories.response_decomposer import get_action_string
 

@@ -72,7 +72,7 @@ import numpy as np
 
 from replaystore.atomic import atomic_open, atomic_write_bytes, atomic_write_json
 from replaystore.errors import ExportError, ImageError
-from replaystore.pipeline.images import (
+from replaystore.images import (
     EXTENSIONS,
     decode_data_url,
     file_url_to_path,

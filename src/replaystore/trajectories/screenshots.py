@@ -29,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numpy.typing import NDArray
-from PIL import Image, UnidentifiedImageError
 
 __all__ = [
     "ScreenshotFingerprinter",
@@ -51,6 +50,8 @@ def fingerprint_image(path: str | os.PathLike[str]) -> bytes:
     Raises:
         OSError: the file cannot be read or decoded as an image.
     """
+    from PIL import Image  # here, not at import: storage and ``stats`` never decode pixels
+
     with Image.open(path) as image:
         image.load()
         digest = hashlib.sha256()
@@ -160,7 +161,7 @@ class ScreenshotFingerprinter:
         def one(path: str) -> tuple[bytes | None, str]:
             try:
                 return fingerprint_image(path), ""
-            except (OSError, UnidentifiedImageError, ValueError) as exc:
+            except (OSError, ValueError) as exc:  # PIL.UnidentifiedImageError is an OSError
                 return None, f"{type(exc).__name__}: {exc}"
 
         show_bar = len(paths) >= 2000 and sys.stderr.isatty()

@@ -53,7 +53,6 @@ import base64
 import datetime as _dt
 import json
 import logging
-import math
 import operator
 import os
 import re
@@ -69,12 +68,15 @@ from numpy.typing import NDArray
 
 from replaystore.atomic import atomic_open, fsync_dir
 from replaystore.errors import SchemaError, StorageError, TrajectoryError
-from replaystore.trajectories.buffer import (
+from replaystore.trajectories.components import step_from_dict, step_to_dict
+from replaystore.trajectories.index import (
     SAME_KEY,
     StepIndex,
+    final_reward_value,
     is_dummy_trajectory,
+    is_successful,
+    keypoint_steps,
 )
-from replaystore.trajectories.components import step_from_dict, step_to_dict
 from replaystore.trajectories.screenshots import (
     ScreenshotFingerprinter,
     default_fingerprinter,
@@ -373,6 +375,11 @@ class TrajectoryStorage:
             except SchemaError as exc:
                 raise TrajectoryError(f"trajectory {t} step {s} is malformed: {exc}") from None
         n = len(steps)
+        reward = steps[-1]["reward"].get("reward")
+        if not dummy:  # the final-reward rule (index.py), enforced before anything is written
+            number = final_reward_value(reward, f"trajectory {t}", n - 1)
+            if type(reward) not in (int, float, bool):
+                reward = number  # NumPy scalars and other reals go in the index as floats
         # Fill in missing same-as-next flags from the pixels (never for the last step).
         todo = [s for s in range(n - 1) if steps[s].get(SAME_KEY) is None]
         if todo:
@@ -395,7 +402,7 @@ class TrajectoryStorage:
                 )
             steps[s][SAME_KEY] = bool(value)  # NumPy bools are not JSON
             same[s] = s < n - 1 and bool(value)
-        keypoints = [s for s, d in enumerate(steps) if d["reward"].get("submit")]
+        keypoints = keypoint_steps(steps)
         first_meta = dict(steps[0].get("trajectory_metadata") or {})
         first_meta["keypoint_step_ids"] = keypoints
         steps[0]["trajectory_metadata"] = first_meta
@@ -419,7 +426,6 @@ class TrajectoryStorage:
                     f"trajectory {t} step {s} cannot be stored as JSON: {exc}"
                 ) from None
             lines.append(text.encode("utf-8") + b"\n")
-        reward = steps[-1]["reward"].get("reward")
         has_prompt = np.array(
             [
                 isinstance(d.get("response"), Mapping) and bool(d["response"].get("raw_prompt"))
@@ -545,6 +551,10 @@ class TrajectoryStorage:
             or (n_steps and int(line_lengths.min()) < 1)
         ):
             raise StorageError(f"{where}: header counts do not match its index")
+        # The final-reward rule (index.py) for files written before save_iteration
+        # enforced it: every reader (stats, load_all, from_storage, export) refuses alike.
+        for t in np.flatnonzero(~dummy).tolist():
+            final_reward_value(rewards[t], f"trajectory {t} of {where}", int(lengths[t]) - 1)
         self._check_body(file, len(first), lengths, line_lengths, line_crc)
         return _Header(
             file=file,
@@ -840,7 +850,7 @@ class TrajectoryStorage:
                 successful = sum(
                     1
                     for r, d in zip(header.final_rewards, header.dummy.tolist(), strict=True)
-                    if not d and _is_number(r) and float(r) >= success_threshold
+                    if not d and is_successful(float(r), success_threshold)
                 )
                 entry = per.setdefault(
                     f.iteration,
@@ -910,7 +920,7 @@ class TrajectoryStorage:
             dummies += int(h.dummy.sum())
             rewards = np.zeros(n_traj)
             for t in np.flatnonzero(keep).tolist():
-                rewards[t] = _stored_reward(
+                rewards[t] = final_reward_value(
                     h.final_rewards[t],
                     f"trajectory {first_traj + t} (trajectory {t} of {h.file.path})",
                     int(lengths[t]) - 1,
@@ -975,23 +985,6 @@ def _renumber(raw: bytes, t: int, where: str) -> bytes:
     except (json.JSONDecodeError, UnicodeDecodeError, TypeError) as exc:
         raise StorageError(f"{where}: malformed step line ({exc})") from None
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _stored_reward(value: Any, where: str, last: int) -> float:
-    if value is None:
-        raise TrajectoryError(
-            f"{where}: final step {last} has reward None, so success is undefined "
-            "(WebGym raises AttributeError here)"
-        )
-    if isinstance(value, bool):
-        return float(value)
-    if not _is_number(value):
-        raise TrajectoryError(f"{where}: final step {last} has a non-numeric reward {value!r}")
-    return float(value)
 
 
 class _FileSource:

@@ -1,0 +1,130 @@
+"""One final-reward rule (trajectories/index.py) for every consumer of a trajectory store.
+
+A non-dummy trajectory's final reward must be a finite number: ``save_iteration``
+refuses anything else (nothing written), and a file written before that rule is
+refused alike by stats, load_all (hence TaskHistory), from_storage, export and
+the CLI's stats and export commands.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from replaystore import cli
+from replaystore.errors import TrajectoryError
+from replaystore.pipeline import TaskHistory
+from replaystore.trajectories import ReplayBuffer, TrajectoryStorage
+from replaystore.trajectories.index import final_reward_value
+
+from .conftest import TrajectoryFactory
+
+NONE_REWARD = r"trajectory 1 of .*iteration_000002\.rank000\.jsonl: final step 2 has reward None"
+
+
+def set_header_final_reward(path: Path, t: int, value: Any) -> None:
+    """Rewrite a file's header as a writer before the rule left it: trajectory ``t``'s
+    final reward ``value`` (the step lines and their CRCs are untouched)."""
+    header_line, _, body = path.read_bytes().partition(b"\n")
+    header = json.loads(header_line)
+    header["index"]["final_rewards"][t] = value
+    path.write_bytes(json.dumps(header).encode("utf-8") + b"\n" + body)
+
+
+@pytest.mark.parametrize("bad", [None, "1", math.nan, math.inf, [1.0]])
+def test_save_iteration_refuses_a_bad_final_reward_and_writes_nothing(
+    trajectory_factory: TrajectoryFactory, bad: Any
+) -> None:
+    storage = TrajectoryStorage(trajectory_factory.root / "store")
+    trajectories = [trajectory_factory.trajectory(2), trajectory_factory.trajectory(3)]
+    trajectories[1][-1]["reward"].reward = bad
+    with pytest.raises(TrajectoryError, match=r"^trajectory 1: final step 2 has"):
+        storage.save_iteration(1, trajectories)
+    assert storage.files() == []
+
+
+def test_dummy_trajectories_keep_their_none_reward(trajectory_factory: TrajectoryFactory) -> None:
+    storage = TrajectoryStorage(trajectory_factory.root / "store")
+    storage.save_iteration(
+        1, [trajectory_factory.trajectory(2), trajectory_factory.dummy_trajectory()]
+    )
+    stats = storage.stats()
+    assert (stats["total_trajectories"], stats["dummy_trajectories"]) == (2, 1)
+    assert stats["successful_trajectories"] == 1
+    assert len(ReplayBuffer.from_storage(storage.root)) == 2
+
+
+def test_numeric_final_rewards_are_stored_as_json_numbers(
+    trajectory_factory: TrajectoryFactory,
+) -> None:
+    storage = TrajectoryStorage(trajectory_factory.root / "store")
+    trajectories = [trajectory_factory.trajectory(1) for _ in range(3)]
+    trajectories[0][-1]["reward"].reward = np.float64(1.0)
+    trajectories[1][-1]["reward"].reward = True
+    trajectories[2][-1]["reward"].reward = 0
+    path = storage.save_iteration(1, trajectories)
+    header = json.loads(path.read_bytes().partition(b"\n")[0])
+    assert header["index"]["final_rewards"] == [1.0, True, 0]
+    assert storage.stats()["successful_trajectories"] == 2
+
+
+def test_final_reward_value_is_the_rule() -> None:
+    assert final_reward_value(1, "trajectory 0", 0) == 1.0
+    assert final_reward_value(False, "trajectory 0", 0) == 0.0
+    assert final_reward_value(np.float64(0.5), "trajectory 0", 0) == 0.5
+    for bad in (None, "0", math.nan, -math.inf, {"reward": 1}):
+        with pytest.raises(TrajectoryError, match=r"^trajectory 7: final step 3 has"):
+            final_reward_value(bad, "trajectory 7", 3)
+
+
+@pytest.fixture
+def legacy_store(trajectory_factory: TrajectoryFactory) -> TrajectoryStorage:
+    """A store whose iteration 2 holds a None final reward (written before the rule)."""
+    storage = TrajectoryStorage(trajectory_factory.root / "store")
+    storage.save_iteration(1, [trajectory_factory.trajectory(2)])
+    path = storage.save_iteration(
+        2, [trajectory_factory.trajectory(2), trajectory_factory.trajectory(3, success=False)]
+    )
+    set_header_final_reward(path, 1, None)
+    return storage
+
+
+def test_stats_refuses_a_stored_none_reward(legacy_store: TrajectoryStorage) -> None:
+    # Before the rule, stats() counted it as unsuccessful and succeeded.
+    with pytest.raises(TrajectoryError, match=NONE_REWARD):
+        legacy_store.stats()
+
+
+def test_load_all_and_task_history_refuse_a_stored_none_reward(
+    legacy_store: TrajectoryStorage,
+) -> None:
+    # Before the rule, load_all returned it and TaskHistory counted a failed attempt.
+    history = TaskHistory()
+    with pytest.raises(TrajectoryError, match=NONE_REWARD):
+        history.update(legacy_store.load_all())
+    assert len(history) == 0
+    with pytest.raises(TrajectoryError, match=NONE_REWARD):
+        list(legacy_store.iter_trajectories())
+
+
+def test_from_storage_refuses_a_stored_none_reward(legacy_store: TrajectoryStorage) -> None:
+    with pytest.raises(TrajectoryError, match=NONE_REWARD):
+        ReplayBuffer.from_storage(legacy_store.root)
+
+
+def test_cli_stats_and_export_fail_alike_on_a_stored_none_reward(
+    legacy_store: TrajectoryStorage, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["stats", str(legacy_store.root)]) == 2
+    stats_err = capsys.readouterr().err
+    assert cli.main(["export", str(legacy_store.root), "--out", str(tmp_path / "out")]) == 2
+    export_err = capsys.readouterr().err
+    assert "reward None" in stats_err
+    assert stats_err.replace("replaystore stats", "") == export_err.replace(
+        "replaystore export", ""
+    )
