@@ -1,0 +1,263 @@
+"""One buffer in a Ray actor, and a client whose methods are the buffer's.
+
+:class:`RemoteBuffer` hosts any of the library's buffers
+(``transitions.ReplayBuffer``, ``experience.ReplayBuffer``, a trajectories
+storage or buffer: anything constructed from a class and arguments) in one Ray
+actor. The client has the buffer class's public methods and properties, with
+the same names, signatures, docstrings and return values; an exception raised
+by the buffer is raised again on the caller's side with its own type and
+message (Ray's ``RayTaskError`` wrapper is removed).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from replaystore.distributed._ray import (
+    RemoteActorError,
+    get,
+    import_ray,
+    logger,
+    require_initialized,
+)
+from replaystore.errors import ArgumentError
+
+__all__ = ["RemoteActorError", "RemoteBuffer"]
+
+
+class BufferHost:
+    """What runs inside the actor: the buffer and a generic dispatcher (not public)."""
+
+    def __init__(self, class_path: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        module, _, name = class_path.rpartition(".")
+        self.class_path = class_path
+        self.error: Exception | None = None
+        try:
+            cls = getattr(importlib.import_module(module), name)
+            self.buffer = cls(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - raised again by describe(), type kept
+            # Raised from a method call, not from __init__: Ray would report an
+            # __init__ error as a dead actor, losing the exception's type.
+            self.error = exc
+
+    def describe(self) -> str:
+        if self.error is not None:
+            raise self.error
+        return self.class_path
+
+    def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        result = getattr(self.buffer, name)(*args, **kwargs)
+        if isinstance(result, Iterator) or inspect.isgenerator(result):
+            raise ArgumentError(
+                f"{name}() returns an iterator, which cannot cross the actor boundary; "
+                "draw batches with get_next_batch() or sample_batch() instead"
+            )
+        return result
+
+    def get_attr(self, name: str) -> Any:
+        return getattr(self.buffer, name)
+
+    def set_attr(self, name: str, value: Any) -> None:
+        setattr(self.buffer, name, value)
+
+
+def _public_api(cls: type) -> tuple[dict[str, Callable[..., Any]], dict[str, property]]:
+    methods: dict[str, Callable[..., Any]] = {}
+    props: dict[str, property] = {}
+    for name, value in inspect.getmembers(cls):
+        if name.startswith("_") and name not in ("__len__", "__contains__"):
+            continue
+        static = inspect.getattr_static(cls, name)
+        if isinstance(static, property):
+            props[name] = static
+        elif callable(value) and not isinstance(static, staticmethod | classmethod):
+            methods[name] = value
+    return methods, props
+
+
+@functools.cache
+def _client_class(class_path: str) -> type[RemoteBuffer]:
+    """A RemoteBuffer subclass with the methods and properties of the buffer class."""
+    module, _, name = class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    methods, props = _public_api(cls)
+    namespace: dict[str, Any] = {"__doc__": f"Remote client of {class_path} (see RemoteBuffer)."}
+
+    def make_method(mname: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def method(self: RemoteBuffer, *args: Any, **kwargs: Any) -> Any:
+            return self._call(mname, args, kwargs)
+
+        return method
+
+    def make_property(pname: str, original: property) -> property:
+        def fget(self: RemoteBuffer) -> Any:
+            return get(self._actor.get_attr.remote(pname), self._what)
+
+        fset = None
+        if original.fset is not None:
+
+            def fset(self: RemoteBuffer, value: Any) -> None:
+                get(self._actor.set_attr.remote(pname, value), self._what)
+
+        return property(fget, fset, doc=original.__doc__)
+
+    for mname, fn in methods.items():
+        if mname in RemoteBuffer.__dict__:
+            continue  # the client's own methods (terminate, actor, ...) win
+        namespace[mname] = make_method(mname, fn)
+    for pname, prop in props.items():
+        namespace[pname] = make_property(pname, prop)
+    return type(f"Remote{name}", (RemoteBuffer,), namespace)
+
+
+class RemoteBuffer:
+    """A client of a buffer hosted in a Ray actor; create with :meth:`create`.
+
+    The returned object's class is a subclass generated for the buffer class:
+    every public method of the buffer is a method of the client with the same
+    signature and docstring (``client.add_batch(batch)``,
+    ``client.sample_batch(256)``), every property a property (``client.size``,
+    settable ones such as ``client.beta = 0.5`` too). Each call is one actor
+    call, run in order with the other calls of this actor. Arguments and
+    results travel through Ray's object store: NumPy arrays and tensors are
+    serialised once and read without another copy on the same machine.
+
+    Methods that return an iterator (``create_epoch_iterator``) cannot cross
+    the boundary; they raise ``ArgumentError`` (use ``get_next_batch``).
+
+    Errors: an exception raised by the buffer is raised here with its type and
+    message (``EmptyBufferError``, ``SchemaError``, ...); a dead actor raises
+    :class:`RemoteActorError` naming it.
+
+    The client can be pickled (sent to other actors): it holds only the
+    actor handle.
+    """
+
+    _actor: Any
+    _class_path: str
+    _what: str
+
+    def __init__(self, actor: Any, class_path: str, what: str) -> None:
+        object.__setattr__(self, "_actor", actor)
+        object.__setattr__(self, "_class_path", class_path)
+        object.__setattr__(self, "_what", what)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self._actor, self._class_path, self._what))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._what}>"
+
+    # ------------------------------------------------------------- creation
+
+    @staticmethod
+    def create(
+        buffer_class: type | str,
+        *args: Any,
+        name: str | None = None,
+        namespace: str | None = None,
+        detached: bool = False,
+        max_restarts: int = 0,
+        num_cpus: float = 0,
+        **kwargs: Any,
+    ) -> RemoteBuffer:
+        """Start an actor that builds ``buffer_class(*args, **kwargs)``; return its client.
+
+        Args:
+            buffer_class: the buffer class or its dotted path
+                (``"replaystore.transitions.ReplayBuffer"``). It must be importable
+                in the actor's process (same installation on every node).
+            args, kwargs: the buffer's constructor arguments, exactly as locally.
+            name: a Ray actor name, so other jobs find it with :meth:`connect`.
+            namespace: the Ray namespace of the name (default: the job's).
+            detached: keep the actor after this driver exits (needs ``name``);
+                end it with :meth:`terminate`.
+            max_restarts: how often Ray restarts a dead actor (its buffer is
+                rebuilt empty from the same arguments, or reopened when the
+                arguments name a ``path`` that holds it).
+            num_cpus: CPUs the actor reserves (0: it never blocks scheduling).
+
+        Raises:
+            ArgumentError: ``detached`` without ``name``, or a ``buffer_class``
+                that is not a class or a dotted path.
+            RuntimeError: Ray is not initialized.
+            ImportError: Ray is not installed (``pip install "replaystore[ray]"``).
+            Whatever the buffer's constructor raises, with its type and message.
+        """
+        ray = import_ray()
+        require_initialized(ray)
+        if isinstance(buffer_class, type):
+            class_path = f"{buffer_class.__module__}.{buffer_class.__qualname__}"
+        elif isinstance(buffer_class, str) and "." in buffer_class:
+            class_path = buffer_class
+        else:
+            raise ArgumentError(
+                f"buffer_class must be a class or a dotted path, got {buffer_class!r}"
+            )
+        if detached and not name:
+            raise ArgumentError("detached=True needs name= (a detached actor is found by name)")
+        options: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": int(max_restarts)}
+        if name:
+            options["name"] = name
+            if namespace:
+                options["namespace"] = namespace
+        if detached:
+            options["lifetime"] = "detached"
+        actor = ray.remote(BufferHost).options(**options).remote(class_path, args, kwargs)
+        what = f"remote buffer {name!r}" if name else "remote buffer"
+        # Construction errors (bad arguments) surface here, with their own type.
+        try:
+            get(actor.describe.remote(), what)
+        except BaseException:
+            ray.kill(actor, no_restart=True)
+            raise
+        logger.info("started %s hosting %s", what, class_path)
+        return _client_class(class_path)(actor, class_path, what)
+
+    @staticmethod
+    def connect(name: str, namespace: str | None = None) -> RemoteBuffer:
+        """The client of the named actor started by :meth:`create` (maybe by another job).
+
+        Raises:
+            ValueError: no actor has that name (Ray's error).
+            RuntimeError: Ray is not initialized.
+        """
+        ray = import_ray()
+        require_initialized(ray)
+        actor = ray.get_actor(name, namespace=namespace)
+        what = f"remote buffer {name!r}"
+        class_path = get(actor.describe.remote(), what)
+        return _client_class(class_path)(actor, class_path, what)
+
+    # ----------------------------------------------------------- the client
+
+    @property
+    def actor(self) -> Any:
+        """The Ray actor handle (for ``ray.kill``, or passing to other actors)."""
+        return self._actor
+
+    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return get(self._actor.call.remote(name, args, kwargs), self._what)
+
+    def _submit(self, name: str, *args: Any) -> Any:
+        """Start a call without waiting; returns its ObjectRef (used by the batching writer)."""
+        return self._actor.call.remote(name, args, {})
+
+    def terminate(self) -> None:
+        """Kill the actor now (its buffer is lost unless saved); detached ones too."""
+        import_ray().kill(self._actor, no_restart=True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(getattr(type(self), name, None), property):
+            object.__setattr__(self, name, value)
+            return
+        raise AttributeError(f"{type(self).__name__} has no settable attribute {name!r}")
+
+
+def _rebuild(actor: Any, class_path: str, what: str) -> RemoteBuffer:
+    return _client_class(class_path)(actor, class_path, what)

@@ -1,0 +1,528 @@
+"""Transitions sharded over N Ray actors, sampled exactly as one big buffer.
+
+Each shard actor holds a ``transitions.ReplayBuffer`` (RAM storage) of
+``buffer_size`` transitions. Adds go to the shards round-robin, one batch per
+shard. Sampling ``n`` items:
+
+1. one call per shard returns its size, priority total and minimum;
+2. the client draws how many items come from each shard,
+   ``multinomial(n, total_s / sum_s total_s)`` (sizes for uniform sampling);
+3. each shard draws its share inside itself, proportionally to priority;
+4. the client shuffles the union and computes the importance weights from the
+   GLOBAL total and minimum: ``w_i = (p_i / p_min) ** -beta``.
+
+So item ``i`` is drawn with probability ``p_i / sum p`` (``1 / size`` uniform):
+the distribution of one buffer holding the union. Global indices are
+``shard * buffer_size + position`` and route ``update_priorities`` back.
+Items added by other writers between steps 1 and 3 may shift a shard's share
+by those items' mass (one round trip's worth), as in any concurrent buffer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from replaystore.atomic import atomic_write_json
+from replaystore.distributed._ray import (
+    import_ray,
+    logger,
+    require_initialized,
+    reraise,
+)
+from replaystore.errors import (
+    ArgumentError,
+    BufferIndexError,
+    CheckpointError,
+    EmptyBufferError,
+    PriorityError,
+)
+
+__all__ = ["ShardedReplayBuffer"]
+
+_MANIFEST = "manifest.json"
+_FORMAT = "replaystore.sharded/1"
+
+
+class ShardHost:
+    """One shard: a transitions.ReplayBuffer inside an actor (not public).
+
+    With ``checkpoint_dir`` and ``checkpoint_every``, the shard saves itself to
+    ``<checkpoint_dir>/shard-<i>/auto`` after every ``checkpoint_every`` added
+    transitions, and on (re)start loads that checkpoint when it exists.
+    """
+
+    def __init__(self, shard: int, config: dict[str, Any]) -> None:
+        from replaystore.transitions import ReplayBuffer
+
+        seed = config["seed"]
+        self.shard = shard
+        self.config = config
+        self.buf = ReplayBuffer(
+            "cpu",
+            "cpu",
+            config["buffer_size"],
+            sampler=config["sampler"],
+            alpha=config["alpha"],
+            beta=config["beta"],
+            eps=config["eps"],
+            seed=None if seed is None else seed * 1000 + shard,
+            storage="memory",
+        )
+        self.every = config["checkpoint_every"]
+        self.auto: Path | None = None
+        self.since = 0
+        self.restored = 0
+        if config["checkpoint_dir"]:
+            self.auto = Path(config["checkpoint_dir"]) / f"shard-{shard}" / "auto"
+            if Path(f"{self.auto}.metadata").exists():
+                self.buf.load(self.auto)
+                self.restored = int(self.buf.size)
+                logger.warning(
+                    "shard %d restarted from its checkpoint %s (%d transitions)",
+                    shard,
+                    self.auto,
+                    self.restored,
+                )
+
+    def info(self) -> dict[str, Any]:
+        return {**self.config, "shard": self.shard, "restored": self.restored, "pid": os.getpid()}
+
+    def add_batch(self, batch: Mapping[str, Any]) -> int:
+        self.buf.add_batch(batch)
+        n = len(next(iter(batch.values()))) if batch else 0
+        self.since += n
+        if self.auto is not None and self.every and self.since >= self.every:
+            self.buf.save(self.auto)
+            self.since = 0
+        return int(self.buf.size)
+
+    def stats(self) -> tuple[int, float, float]:
+        size = int(self.buf.size)
+        prio = self.buf._prio
+        if prio is None or size == 0:
+            return size, float(size), 1.0
+        prio.apply_pending()
+        return size, prio.tree.total, prio.tree.min
+
+    def sample(self, k: int) -> tuple[dict[str, np.ndarray], np.ndarray | None, np.ndarray | None]:
+        td = self.buf.sample_batch(k)
+        fields = {key: td[key].numpy() for key in self.buf.fields or {}}
+        if self.buf._prio is None:
+            return fields, None, None
+        idx = td["index"].numpy()
+        return fields, idx, self.buf._prio.tree[idx]
+
+    def update_priorities(self, idx: np.ndarray, priorities: np.ndarray) -> None:
+        self.buf.update_priorities(idx, priorities)
+
+    def set_beta(self, beta: float) -> None:
+        self.buf.beta = beta
+
+    def save(self, path: str) -> None:
+        self.buf.save(path)
+
+    def load(self, path: str) -> int:
+        self.buf.load(path)
+        return int(self.buf.size)
+
+
+class ShardedReplayBuffer:
+    """Transitions in ``num_shards`` Ray actors, sampled as one buffer of all of them.
+
+    Args:
+        num_shards: number of shard actors (>= 1).
+        buffer_size: capacity of EACH shard in transitions (total:
+            ``num_shards * buffer_size``).
+        sampler, alpha, beta, eps: as ``transitions.ReplayBuffer``.
+        seed: seeds the client's draws and every shard (``seed * 1000 + shard``).
+        device: where sampled batches go.
+        name: Ray actor name prefix (shards are ``<name>-shard-<i>``) so other
+            jobs find them with :meth:`connect`; ``detached`` keeps them after
+            this driver exits.
+        checkpoint_dir, checkpoint_every: each shard saves itself to
+            ``<checkpoint_dir>/shard-<i>/auto`` after every ``checkpoint_every``
+            added transitions, and loads it when (re)started.
+        max_restarts: how often Ray restarts a dead shard. A restarted shard
+            comes back from its last periodic checkpoint; the loss window is
+            what it received after that checkpoint: fewer than
+            ``checkpoint_every`` + one add batch transitions, plus the calls in
+            flight when it died (those raise :class:`RemoteActorError`).
+        num_cpus: CPUs each shard reserves (0 by default).
+
+    Raises:
+        ArgumentError: a bad argument (named).
+        RuntimeError: Ray is not initialized.
+    """
+
+    def __init__(
+        self,
+        num_shards: int,
+        buffer_size: int,
+        *,
+        sampler: Literal["uniform", "prioritized"] = "prioritized",
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        seed: int | None = None,
+        device: torch.device | str = "cpu",
+        name: str | None = None,
+        namespace: str | None = None,
+        detached: bool = False,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        checkpoint_every: int | None = None,
+        max_restarts: int = 0,
+        num_cpus: float = 0,
+    ) -> None:
+        ray = import_ray()
+        require_initialized(ray)
+        for label, value in (("num_shards", num_shards), ("buffer_size", buffer_size)):
+            if type(value) is not int or value < 1:
+                raise ArgumentError(f"{label} must be an integer >= 1, got {value!r}")
+        if sampler not in ("uniform", "prioritized"):
+            raise ArgumentError(f"sampler must be 'uniform' or 'prioritized', got {sampler!r}")
+        if checkpoint_every is not None and (
+            type(checkpoint_every) is not int or checkpoint_every < 1
+        ):
+            raise ArgumentError(
+                f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}"
+            )
+        if (checkpoint_every is None) != (checkpoint_dir is None):
+            raise ArgumentError(
+                "checkpoint_dir and checkpoint_every go together: give both or neither"
+            )
+        if detached and not name:
+            raise ArgumentError("detached=True needs name= (detached actors are found by name)")
+        config = {
+            "num_shards": num_shards,
+            "buffer_size": buffer_size,
+            "sampler": sampler,
+            "alpha": float(alpha),
+            "beta": float(beta),
+            "eps": float(eps),
+            "seed": seed,
+            "checkpoint_dir": None
+            if checkpoint_dir is None
+            else str(Path(checkpoint_dir).resolve()),
+            "checkpoint_every": checkpoint_every,
+            "max_restarts": int(max_restarts),
+            "name": name,
+        }
+        options: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": int(max_restarts)}
+        if namespace:
+            options["namespace"] = namespace
+        if detached:
+            options["lifetime"] = "detached"
+        host = ray.remote(ShardHost)
+        actors = []
+        for i in range(num_shards):
+            opts = dict(options, name=f"{name}-shard-{i}") if name else options
+            actors.append(host.options(**opts).remote(i, config))
+        self._init(actors, config, device)
+        # Construction errors (bad alpha, ...) surface here with their own type.
+        self._get([a.info.remote() for a in actors], range(num_shards))
+        logger.info("started %d shards of %d transitions", num_shards, buffer_size)
+
+    def _init(self, actors: list[Any], config: dict[str, Any], device: torch.device | str) -> None:
+        self._actors = actors
+        self._config = config
+        self._capacity = config["buffer_size"]
+        self._prioritized = config["sampler"] == "prioritized"
+        self._beta = config["beta"]
+        self._rng = np.random.default_rng(config["seed"])
+        self._device = torch.device(device)
+        self._next = 0
+
+    @classmethod
+    def connect(
+        cls, name: str, namespace: str | None = None, *, device: torch.device | str = "cpu"
+    ) -> ShardedReplayBuffer:
+        """A client of the shards named ``<name>-shard-<i>`` (started by another job).
+
+        Raises:
+            ValueError: no shard 0 has that name (Ray's error).
+        """
+        ray = import_ray()
+        require_initialized(ray)
+        first = ray.get_actor(f"{name}-shard-0", namespace=namespace)
+        config = ray.get(first.info.remote())
+        actors = [first] + [
+            ray.get_actor(f"{name}-shard-{i}", namespace=namespace)
+            for i in range(1, config["num_shards"])
+        ]
+        self = cls.__new__(cls)
+        self._init(actors, config, device)
+        return self
+
+    # --------------------------------------------------------------- helpers
+
+    def _what(self, shard: int) -> str:
+        name = self._config["name"]
+        label = f"shard {shard} of {name!r}" if name else f"shard {shard}"
+        if self._config["max_restarts"] and self._config["checkpoint_dir"]:
+            label += (
+                f" (Ray restarts it up to {self._config['max_restarts']} times from its last "
+                f"checkpoint in {self._config['checkpoint_dir']}; retry shortly)"
+            )
+        elif self._config["max_restarts"]:
+            label += " (Ray restarts it empty: no checkpoint_dir)"
+        return label
+
+    def _get(self, refs: list[Any], shards: Any) -> list[Any]:
+        ray = import_ray()
+        out = []
+        for ref, shard in zip(refs, shards, strict=True):
+            try:
+                out.append(ray.get(ref))
+            except ray.exceptions.RayError as exc:
+                reraise(exc, self._what(shard))
+        return out
+
+    @property
+    def num_shards(self) -> int:
+        """Number of shard actors."""
+        return len(self._actors)
+
+    @property
+    def actors(self) -> list[Any]:
+        """The shard actor handles, shard 0 first (for ``ray.kill`` or monitoring)."""
+        return list(self._actors)
+
+    @property
+    def buffer_size(self) -> int:
+        """Total capacity: ``num_shards * buffer_size`` transitions."""
+        return self._capacity * len(self._actors)
+
+    @property
+    def beta(self) -> float:
+        """Importance-weight exponent (settable; sent to every shard)."""
+        return self._beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._get([a.set_beta.remote(value) for a in self._actors], range(self.num_shards))
+        self._beta = float(value)
+
+    def _stats(self) -> list[tuple[int, float, float]]:
+        return self._get([a.stats.remote() for a in self._actors], range(self.num_shards))
+
+    def shard_sizes(self) -> list[int]:
+        """Transitions held by each shard, shard 0 first (one call per shard)."""
+        return [s[0] for s in self._stats()]
+
+    @property
+    def size(self) -> int:
+        """Transitions stored over all shards."""
+        return sum(self.shard_sizes())
+
+    def __len__(self) -> int:
+        return self.size
+
+    # ------------------------------------------------------------------ adds
+
+    def _submit(self, name: str, batch: Mapping[str, Any]) -> tuple[Any, str]:
+        """Send one batch to the next shard (round-robin) without waiting: (ObjectRef, label)."""
+        if name != "add_batch":
+            raise ArgumentError(f"only add_batch can be submitted, not {name!r}")
+        shard = self._next
+        self._next = (shard + 1) % len(self._actors)
+        return self._actors[shard].add_batch.remote(batch), self._what(shard)
+
+    def add_batch(self, batch: Mapping[str, Any], *, shard: int | None = None) -> None:
+        """Add N transitions to one shard (the next round-robin one, or ``shard``).
+
+        Args:
+            batch: mapping of key -> array / tensor with a leading dimension N,
+                as ``transitions.ReplayBuffer.add_batch``.
+            shard: the shard to write to (default: round-robin).
+
+        Raises:
+            SchemaError: as the local buffer (raised with its type).
+            RemoteActorError: the shard is dead (named).
+        """
+        if shard is None:
+            shard = self._next
+            self._next = (shard + 1) % len(self._actors)
+        elif type(shard) is not int or not 0 <= shard < len(self._actors):
+            raise ArgumentError(f"shard must be in 0..{len(self._actors) - 1}, got {shard!r}")
+        self._get([self._actors[shard].add_batch.remote(dict(batch))], [shard])
+
+    # -------------------------------------------------------------- sampling
+
+    def sample_batch(self, batch_size: int) -> TensorDict:
+        """Draw ``batch_size`` transitions over all shards, with replacement.
+
+        Same distribution and keys as ``transitions.ReplayBuffer.sample_batch`` on
+        one buffer holding every shard's items: prioritized adds ``index``
+        (global: ``shard * buffer_size + position``) and ``weight``
+        (``(p_i / p_min) ** -beta`` with the global minimum, at most 1).
+
+        Raises:
+            EmptyBufferError: no shard holds anything.
+            ArgumentError: ``batch_size`` is not a positive integer.
+            RemoteActorError: a shard is dead (named).
+
+        Cost: two rounds of actor calls (statistics, then one sample call per
+        shard that has a share), then one concatenation and one permutation.
+        """
+        if type(batch_size) is not int or batch_size < 1:
+            raise ArgumentError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        stats = self._stats()
+        mass = np.array([s[1] for s in stats], dtype=np.float64)
+        if mass.sum() <= 0:
+            raise EmptyBufferError("the sharded buffer is empty: no shard holds a transition")
+        counts = self._rng.multinomial(batch_size, mass / mass.sum())
+        shards = [i for i, c in enumerate(counts) if c]
+        parts = self._get([self._actors[i].sample.remote(int(counts[i])) for i in shards], shards)
+        order = self._rng.permutation(batch_size)
+        out: dict[str, torch.Tensor] = {}
+        for key in parts[0][0]:
+            out[key] = torch.from_numpy(np.concatenate([p[0][key] for p in parts])[order])
+        if self._prioritized:
+            gidx = np.concatenate(
+                [p[1] + i * self._capacity for p, i in zip(parts, shards, strict=True)]
+            )[order]
+            pri = np.concatenate([p[2] for p in parts])[order]
+            pmin = min(s[2] for s in stats if s[0])
+            out["index"] = torch.from_numpy(gidx.astype(np.int64))
+            out["weight"] = torch.from_numpy(((pri / pmin) ** -self._beta).astype(np.float32))
+        return TensorDict(out, batch_size=[batch_size], device=self._device)
+
+    def update_priorities(self, indices: Any, priorities: Any) -> None:
+        """Set priorities by GLOBAL index (a sample's ``index``); routed to each shard.
+
+        Everything is validated before any shard changes.
+
+        Raises:
+            PriorityError: a uniform buffer, lengths differ, or a NaN, infinite or
+                negative priority (the index is named).
+            BufferIndexError: an index names no stored transition.
+            RemoteActorError: a shard is dead (named).
+        """
+        if not self._prioritized:
+            raise PriorityError(
+                "update_priorities needs a buffer created with sampler='prioritized'"
+            )
+        if isinstance(indices, torch.Tensor):
+            indices = indices.detach().cpu().numpy()
+        if isinstance(priorities, torch.Tensor):
+            priorities = priorities.detach().cpu().numpy()
+        idx = np.asarray(indices).reshape(-1)
+        if idx.size and not np.issubdtype(idx.dtype, np.integer):
+            raise BufferIndexError(f"indices must be integers, got dtype {idx.dtype}")
+        idx = idx.astype(np.int64)
+        try:
+            pri = np.array(priorities, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError) as exc:
+            raise PriorityError(f"priorities must be numbers: {exc}") from exc
+        if pri.shape != idx.shape:
+            raise PriorityError(f"got {idx.size} indices but {pri.size} priorities")
+        bad = ~((pri >= 0) & (pri < np.inf))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            need = "must be >= 0" if pri[i] < 0 else "must be finite"
+            raise PriorityError(f"priority for index {int(idx[i])} is {pri[i]} ({need})")
+        shard, local = np.divmod(idx, self._capacity)
+        sizes = self.shard_sizes()
+        ok = (idx >= 0) & (shard < len(sizes))
+        ok[ok] &= local[ok] < np.asarray(sizes)[shard[ok]]
+        if not ok.all():
+            j = int(np.flatnonzero(~ok)[0])
+            raise BufferIndexError(
+                f"index {int(idx[j])} names no stored transition (shard sizes {sizes}, "
+                f"global index = shard * {self._capacity} + position)"
+            )
+        targets = [int(s) for s in np.unique(shard)]
+        refs = [
+            self._actors[s].update_priorities.remote(local[shard == s], pri[shard == s])
+            for s in targets
+        ]
+        self._get(refs, targets)
+
+    # ----------------------------------------------------------- checkpoints
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Checkpoint every shard plus a manifest, atomic as a whole.
+
+        Each shard writes a full checkpoint into a new generation directory
+        ``<path>/gen-<id>/shard-<i>``; then ``<path>/manifest.json`` is replaced
+        atomically (temp file, fsync, rename) to name that generation; then older
+        generations are removed. A save killed at any point leaves the previous
+        manifest and the generation it names intact.
+
+        Raises:
+            EmptyBufferError: a shard holds nothing yet (it has no schema).
+            RemoteActorError: a shard is dead (named).
+        """
+        root = Path(path).resolve()
+        gen = f"gen-{uuid.uuid4().hex[:12]}"
+        files = [str(root / gen / f"shard-{i}") for i in range(self.num_shards)]
+        (root / gen).mkdir(parents=True, exist_ok=True)
+        try:
+            self._get(
+                [a.save.remote(f) for a, f in zip(self._actors, files, strict=True)],
+                range(self.num_shards),
+            )
+        except BaseException:
+            shutil.rmtree(root / gen, ignore_errors=True)
+            raise
+        manifest = {
+            "format": _FORMAT,
+            "num_shards": self.num_shards,
+            "buffer_size": self._capacity,
+            "sampler": self._config["sampler"],
+            "generation": gen,
+            "shards": [f"{gen}/shard-{i}" for i in range(self.num_shards)],
+        }
+        atomic_write_json(root / _MANIFEST, manifest)
+        for old in root.glob("gen-*"):
+            if old.name != gen:
+                shutil.rmtree(old, ignore_errors=True)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Restore every shard from the checkpoint ``path`` written by :meth:`save`.
+
+        Raises:
+            CheckpointError: no manifest, another format, or another number of
+                shards or shard capacity than this buffer.
+            RemoteActorError: a shard is dead (named).
+        """
+        root = Path(path).resolve()
+        try:
+            import json
+
+            manifest = json.loads((root / _MANIFEST).read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise CheckpointError(
+                f"{root} holds no sharded checkpoint ({_MANIFEST} missing)"
+            ) from exc
+        except ValueError as exc:
+            raise CheckpointError(f"{root / _MANIFEST} is not valid JSON: {exc}") from exc
+        if manifest.get("format") != _FORMAT:
+            raise CheckpointError(
+                f"{root / _MANIFEST}: format {manifest.get('format')!r}, expected {_FORMAT!r}"
+            )
+        for key, mine in (("num_shards", self.num_shards), ("buffer_size", self._capacity)):
+            if manifest.get(key) != mine:
+                raise CheckpointError(
+                    f"checkpoint {root} has {key}={manifest.get(key)} but this buffer has {mine}"
+                )
+        files = [str(root / rel) for rel in manifest["shards"]]
+        self._get(
+            [a.load.remote(f) for a, f in zip(self._actors, files, strict=True)],
+            range(self.num_shards),
+        )
+
+    def terminate(self) -> None:
+        """Kill every shard actor now (detached ones too); their contents are lost unless saved."""
+        ray = import_ray()
+        for actor in self._actors:
+            ray.kill(actor, no_restart=True)
