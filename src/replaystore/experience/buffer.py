@@ -145,13 +145,13 @@ class ReplayBuffer:
             ConfigError: ``sampler`` is not a :class:`TaskSampler`.
         """
         cond = _condition(query_condition)
-        sampler, kwargs = self._sampler_call(sampler, seed)
-        if not hasattr(sampler, "sample_tasks"):
+        chosen, kwargs = self._sampler_call(sampler, seed)
+        if not hasattr(chosen, "sample_tasks"):
             raise ConfigError(
-                f"sample_task() needs a TaskSampler, got {type(sampler).__name__}; "
+                f"sample_task() needs a TaskSampler, got {type(chosen).__name__}; "
                 "use sample() for row samplers"
             )
-        tasks = sampler.sample_tasks(self._storage, batch_size, cond, **kwargs)  # type: ignore[attr-defined]
+        tasks = chosen.sample_tasks(self._storage, batch_size, cond, **kwargs)
         conv = converter or DefaultConverter()
         return [conv.to_dataset_row(rows) for rows in tasks.values()]
 

@@ -388,7 +388,7 @@ def _same(a: Any, b: Any) -> bool:
 def _leaf_predicate(cond: Mapping[str, Any]) -> Callable[[DataRow], bool]:
     get = _getter(cond["field"])
     op = "in" if cond["op"] == "in_" else cond["op"]
-    value = cond.get("value")
+    value: Any = cond.get("value")
     if op == "is_null":
         return lambda row: _kind(get(row)) == "null"
     if op == "is_not_null":

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import json.encoder
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,11 +208,8 @@ _loads = json.JSONDecoder().decode
 # object on every call (a third of the cost of encoding a small payload). Without
 # the circular-reference markers, a cycle ends in RecursionError instead of
 # ValueError; :func:`_encode_payload` turns both into the same error.
-try:
-    from json.encoder import c_make_encoder as _c_make_encoder
-    from json.encoder import encode_basestring as _encode_basestring
-except ImportError:  # pragma: no cover - CPython always has the C accelerator
-    _c_make_encoder = None
+_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)  # None: no C accelerator
+_encode_basestring: Any = json.encoder.encode_basestring
 _C_ENCODE = (
     _c_make_encoder(None, _json_default, _encode_basestring, None, ":", ",", False, False, False)
     if _c_make_encoder is not None
@@ -320,7 +318,7 @@ def _check_meta(meta: Any, row_id: str) -> ExpMeta:
         unknown = set(meta) - set(META_FIELDS)
         if unknown:
             raise SchemaError(f"row {row_id!r}: unknown exp_meta field(s) {sorted(unknown)}")
-        get = meta.get
+        get: Callable[..., Any] = meta.get
     elif isinstance(meta, ExpMeta):
 
         def get(name: str, default: Any = None) -> Any:

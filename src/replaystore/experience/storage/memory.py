@@ -191,20 +191,21 @@ class RowIndex:
 
     def _plan(self, cond: Mapping[str, Any]) -> _Plan | None:
         if "and_" in cond:
-            plans = [p for p in (self._plan(c) for c in cond["and_"]) if p is not None]
+            plans: list[_Plan] = [p for p in (self._plan(c) for c in cond["and_"]) if p is not None]
             if not plans:
                 return None
             best = min(plans, key=lambda p: len(p[0]))
             return best[0], best[1] and len(cond["and_"]) == 1
         if "or_" in cond:
-            plans = [self._plan(c) for c in cond["or_"]]
-            if any(p is None for p in plans):
+            found = [self._plan(c) for c in cond["or_"]]
+            branches = [p for p in found if p is not None]
+            if len(branches) < len(found):
                 return None
             merged: dict[str, dict[int, None]] = {}
-            for groups, _ in plans:  # type: ignore[misc]
+            for groups, _ in branches:
                 for tid, seqs in groups.items():
                     merged.setdefault(tid, {}).update(dict.fromkeys(seqs))
-            return merged, all(p[1] for p in plans)  # type: ignore[index]
+            return dict(merged), all(p[1] for p in branches)
         op = "in" if cond["op"] == "in_" else cond["op"]
         field = canonical_field(cond["field"])  # "task_id" -> "exp_meta.task_id"
         if op not in ("eq", "in") or not field.startswith("exp_meta."):
