@@ -736,8 +736,8 @@ def recency_sample_without_replacement(
         ValueError: ``power`` not finite and > 0, ``k`` not in ``[0, n]``, or an
             unknown ``backend``. ImportError: ``backend="c"`` without the extension.
 
-    Cost: O(k) for k <= n / 4 (100,000 of 1,000,000 at power 2: about 2.5 ms
-    with the compiled kernel, 5 ms with NumPy), with a scratch array of one byte
+    Cost: O(k) for k <= n / 4 (100,000 of 1,000,000 at power 2: about 1.5 ms
+    with the compiled kernel, 4-5 ms with NumPy), with a scratch array of one byte
     (compiled) or four bytes (NumPy) per item kept per thread for the next call;
     O(n) beyond.
     """
