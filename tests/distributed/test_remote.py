@@ -42,7 +42,7 @@ def _same(a: Any, b: Any) -> None:
     if isinstance(a, torch.Tensor) or hasattr(a, "keys"):
         if hasattr(a, "keys"):
             assert sorted(a.keys()) == sorted(b.keys())
-            for key in a.keys():
+            for key in a:
                 torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
         else:
             torch.testing.assert_close(a, b, rtol=0, atol=0)
@@ -59,7 +59,7 @@ def _both(local: Any, remote: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     """Call ``name`` on both; same result, or same exception type and message."""
     try:
         expected = getattr(local, name)(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the exact type is compared below
+    except Exception as exc:
         with pytest.raises(type(exc)) as info:
             getattr(remote, name)(*args, **kwargs)
         assert type(info.value) is type(exc)
@@ -106,9 +106,7 @@ def test_transitions_client_matches_local_method_for_method(tmp_path: Path, samp
         assert isinstance(_both(local, remote, "sample_by_index", [64]), BufferIndexError)
         assert isinstance(_both(local, remote, "sample_batch", 0), ArgumentError)
         assert isinstance(_both(local, remote, "add", {"obs": np.zeros(3)}), SchemaError)
-        assert isinstance(
-            _both(local, remote, "sample_by_index_fields", [0], "nope"), SchemaError
-        )
+        assert isinstance(_both(local, remote, "sample_by_index_fields", [0], "nope"), SchemaError)
         err = _both(local, remote, "update_priorities", [0], [float("nan")])
         assert isinstance(err, PriorityError)
         # Checkpoints: the remote save loads locally and the other way round.
@@ -130,7 +128,7 @@ def test_iterator_methods_are_refused_clearly() -> None:
     remote = RemoteBuffer.create(ReplayBuffer, "cpu", "cpu", 8, storage="memory")
     try:
         remote.add_batch(_batch(0, 8))
-        with pytest.raises(ArgumentError, match="iterator.*get_next_batch"):
+        with pytest.raises(ArgumentError, match=r"iterator.*get_next_batch"):
             remote.create_epoch_iterator(4)
     finally:
         remote.terminate()

@@ -39,7 +39,7 @@ class BufferHost:
         try:
             cls = getattr(importlib.import_module(module), name)
             self.buffer = cls(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - raised again by describe(), type kept
+        except Exception as exc:
             # Raised from a method call, not from __init__: Ray would report an
             # __init__ error as a dead actor, losing the exception's type.
             self.error = exc

@@ -61,6 +61,15 @@ class ShardHost:
     """
 
     def __init__(self, shard: int, config: dict[str, Any]) -> None:
+        self.error: Exception | None = None
+        try:
+            self._setup(shard, config)
+        except Exception as exc:
+            # Raised again by info(): an __init__ error would reach the client as
+            # a dead actor, without the exception's type.
+            self.error = exc
+
+    def _setup(self, shard: int, config: dict[str, Any]) -> None:
         from replaystore.transitions import ReplayBuffer
 
         seed = config["seed"]
@@ -94,6 +103,8 @@ class ShardHost:
                 )
 
     def info(self) -> dict[str, Any]:
+        if self.error is not None:
+            raise self.error
         return {**self.config, "shard": self.shard, "restored": self.restored, "pid": os.getpid()}
 
     def add_batch(self, batch: Mapping[str, Any]) -> int:
@@ -120,6 +131,12 @@ class ShardHost:
             return fields, None, None
         idx = td["index"].numpy()
         return fields, idx, self.buf._prio.tree[idx]
+
+    def sample_all(self) -> dict[str, np.ndarray] | None:
+        if not self.buf.size:
+            return None
+        td = self.buf.sample_all()
+        return {key: td[key].numpy() for key in self.buf.fields or {}}
 
     def update_priorities(self, idx: np.ndarray, priorities: np.ndarray) -> None:
         self.buf.update_priorities(idx, priorities)
@@ -228,7 +245,11 @@ class ShardedReplayBuffer:
             actors.append(host.options(**opts).remote(i, config))
         self._init(actors, config, device)
         # Construction errors (bad alpha, ...) surface here with their own type.
-        self._get([a.info.remote() for a in actors], range(num_shards))
+        try:
+            self._get([a.info.remote() for a in actors], range(num_shards))
+        except BaseException:
+            self.terminate()
+            raise
         logger.info("started %d shards of %d transitions", num_shards, buffer_size)
 
     def _init(self, actors: list[Any], config: dict[str, Any], device: torch.device | str) -> None:
@@ -395,6 +416,23 @@ class ShardedReplayBuffer:
             out["index"] = torch.from_numpy(gidx.astype(np.int64))
             out["weight"] = torch.from_numpy(((pri / pmin) ** -self._beta).astype(np.float32))
         return TensorDict(out, batch_size=[batch_size], device=self._device)
+
+    def sample_all(self) -> TensorDict:
+        """Every stored transition, shard 0 first, each shard in storage order (a copy).
+
+        Row ``j`` of shard ``s``'s part has global index ``s * buffer_size + j``.
+
+        Raises:
+            EmptyBufferError: no shard holds anything.
+            RemoteActorError: a shard is dead (named).
+        """
+        parts = self._get([a.sample_all.remote() for a in self._actors], range(self.num_shards))
+        parts = [p for p in parts if p is not None]
+        if not parts:
+            raise EmptyBufferError("the sharded buffer is empty: no shard holds a transition")
+        out = {key: torch.from_numpy(np.concatenate([p[key] for p in parts])) for key in parts[0]}
+        n = sum(len(next(iter(p.values()))) for p in parts)
+        return TensorDict(out, batch_size=[n], device=self._device)
 
     def update_priorities(self, indices: Any, priorities: Any) -> None:
         """Set priorities by GLOBAL index (a sample's ``index``); routed to each shard.
