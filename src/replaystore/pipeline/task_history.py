@@ -17,7 +17,10 @@ level  meaning
 A trajectory is one attempt at the task of its first step
 (``trajectory[0]["observation"].task``); it solved the task when the reward of
 its last step is ``>= success_threshold`` (1 by default; a missing reward is a
-failure). A task is identified by its ``task_id`` or, when that is ``None``, by
+failure, as in WebGym, for trajectories handed over in memory; a
+:class:`~replaystore.trajectories.storage.TrajectoryStorage` never stores one and
+refuses to read a file that does, see :mod:`replaystore.trajectories.index`).
+A task is identified by its ``task_id`` or, when that is ``None``, by
 ``(task_name, website)``; a negative integer ``task_id`` (WebGym's ``-1`` for
 filtered tasks) is skipped. Use one convention consistently: a task recorded
 by id is not found by name.

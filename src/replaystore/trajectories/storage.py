@@ -310,8 +310,10 @@ class TrajectoryStorage:
         Raises:
             StorageError: the file (or the iteration's merged file) already exists;
                 for ``rank=None``, also when the iteration has rank files.
-            TrajectoryError: a step is malformed or not JSON-serialisable (names
-                the trajectory and step); nothing is written.
+            TrajectoryError: a step is malformed or not JSON-serialisable, or a
+                non-dummy trajectory's final reward is None, not a number or not
+                finite (:func:`~replaystore.trajectories.index.final_reward_value`;
+                names the trajectory and step); nothing is written.
 
         Cost: one JSON encoding per step, plus one image decode per screenshot
         whose same-as-next flag must be computed; one fsync.
@@ -708,6 +710,8 @@ class TrajectoryStorage:
 
         Raises:
             StorageError: a file is not ours or is inconsistent.
+            TrajectoryError: a stored final reward breaks the final-reward rule
+                (see :meth:`stats`).
         """
 
         def read(files: list[IterationFile]) -> list[list[dict[str, Any]]]:
@@ -840,6 +844,13 @@ class TrajectoryStorage:
             "total_size_bytes", "total_size_mb", "iterations": [per-iteration dicts
             with iteration, files, trajectories, steps, successful_trajectories,
             size_bytes]}`` (WebGym's keys plus more).
+
+        Raises:
+            StorageError: a file is not ours or is inconsistent.
+            TrajectoryError: a file (written before ``save_iteration`` enforced
+                the final-reward rule) holds a non-dummy trajectory whose final
+                reward is None or not a number: success is undefined, so it is
+                refused here exactly as :meth:`load_all` and ``from_storage`` do.
         """
 
         def read(files: list[IterationFile]) -> dict[str, Any]:
@@ -899,7 +910,7 @@ class TrajectoryStorage:
         Raises:
             StorageError: no iteration files.
             TrajectoryError: a non-dummy trajectory's final reward is None or not
-                a number (names the trajectory and its file).
+                a number (names the trajectory and its file; see :meth:`stats`).
         """
         headers: list[_Header] = self._with_listing(
             last_n_iterations, lambda files: [self._read_header(f) for f in files]
