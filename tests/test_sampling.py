@@ -280,13 +280,12 @@ def test_compiled_recency_sampling_is_the_numpy_path(
     n: int, share: float, power: float, seed: int
 ) -> None:
     # The same ranks, in the same order, from the same seed: the kernel repeats
-    # the NumPy path's arithmetic and its rounds (the byte mask is left clear
-    # between calls, so calls of different sizes in a row agree too).
+    # the NumPy path's arithmetic and its rounds (the byte mask is stamped per
+    # call, so calls of different sizes in a row agree too).
     k = int(share * n)
     ours = recency_sample_without_replacement(n, k, power, rng=seed, backend="c")
     simple = recency_sample_without_replacement(n, k, power, rng=seed, backend="numpy")
     np.testing.assert_array_equal(ours, simple)
-    assert not sampling._mask(n).any()
 
 
 @needs_recency_kernel
@@ -310,12 +309,24 @@ def test_compiled_recency_draws_are_the_numpy_draws(
 def test_compiled_recency_first_new_skips_taken_ranks_and_stops_at_need() -> None:
     kernel = sampling._crecency
     mask = np.zeros(10, dtype=np.uint8)
-    mask[3] = 1
+    mask[3] = 2  # taken in this draw (stamp 2)
+    mask[5] = 1  # taken in an earlier draw: untaken now
     out = np.full(4, -1, dtype=np.int64)
     draws = np.array([5, 3, 5, 1, 7, 1, 9, 2], dtype=np.int64)
-    assert kernel.first_new(draws, mask, 3, out) == 3
+    assert kernel.first_new(draws, mask, 3, out, 2) == 3
     assert out[:3].tolist() == [5, 1, 7]
-    assert np.flatnonzero(mask).tolist() == [1, 3, 5, 7]
+    assert np.flatnonzero(mask == 2).tolist() == [1, 3, 5, 7]
+    with pytest.raises(ValueError, match="stamp"):
+        kernel.first_new(draws, mask, 3, out, 0)
+
+
+@needs_recency_kernel
+def test_compiled_recency_mask_stamps_wrap_around() -> None:
+    # 300 draws in a row on one thread: the stamps run out and the mask is reset.
+    for seed in range(300):
+        ours = recency_sample_without_replacement(50, 10, 3.0, rng=seed, backend="c")
+        simple = recency_sample_without_replacement(50, 10, 3.0, rng=seed, backend="numpy")
+        np.testing.assert_array_equal(ours, simple)
 
 
 @needs_recency_kernel
@@ -332,11 +343,11 @@ def test_compiled_recency_kernel_refuses_bad_arguments() -> None:
     with pytest.raises(ValueError, match="power"):
         kernel.accept(f, f, 10, float("nan"), out)
     with pytest.raises(ValueError, match=r"draws\[1\] is outside \[0, 4\)"):
-        kernel.first_new(np.array([0, 4], dtype=np.int64), np.zeros(4, np.uint8), 2, out)
+        kernel.first_new(np.array([0, 4], dtype=np.int64), np.zeros(4, np.uint8), 2, out, 1)
     with pytest.raises(TypeError, match="uint8"):
-        kernel.first_new(out, np.zeros(4, dtype=bool).view(np.int8), 2, out)
+        kernel.first_new(out, np.zeros(4, dtype=bool).view(np.int8), 2, out, 1)
     with pytest.raises(ValueError, match="need"):
-        kernel.first_new(out, np.zeros(4, np.uint8), 5, out)
+        kernel.first_new(out, np.zeros(4, np.uint8), 5, out, 1)
 
 
 def test_recency_backend_choice_is_checked(monkeypatch) -> None:

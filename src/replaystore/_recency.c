@@ -15,11 +15,13 @@
  *       (rank + 1) ** power (see sampling._accept_recency for why). Same
  *       floating-point operations as the NumPy path, in the same order.
  *
- *   first_new(draws, mask, need, out) -> count
- *       Walks the draws in order and writes each rank whose mask byte is 0 to
- *       out, setting the byte, until `need` ranks are written: the first
- *       occurrences of the untaken ranks, in draw order, as the NumPy path's
- *       filter-then-first-occurrences does.
+ *   first_new(draws, mask, need, out, stamp) -> count
+ *       Walks the draws in order and writes each rank whose mask byte is not
+ *       `stamp` (1..255) to out, setting the byte to `stamp`, until `need`
+ *       ranks are written: the first occurrences of the untaken ranks, in draw
+ *       order, as the NumPy path's filter-then-first-occurrences does. A new
+ *       stamp per call leaves the bytes of earlier calls meaning "untaken", so
+ *       the mask is cleared only once every 255 calls.
  *
  * Arguments are C-contiguous buffers of the exact types (float64 root, v; int64
  * draws and out; uint8 mask of n bytes); anything else raises TypeError or
@@ -128,8 +130,14 @@ recency_first_new(PyObject *self, PyObject *args)
 {
     PyObject *drawso, *masko, *outo;
     Py_ssize_t need;
-    if (!PyArg_ParseTuple(args, "OOnO", &drawso, &masko, &need, &outo))
+    int stamp_arg;
+    if (!PyArg_ParseTuple(args, "OOnOi", &drawso, &masko, &need, &outo, &stamp_arg))
         return NULL;
+    if (stamp_arg < 1 || stamp_arg > 255) {
+        PyErr_SetString(PyExc_ValueError, "first_new needs a stamp in [1, 255]");
+        return NULL;
+    }
+    const uint8_t stamp = (uint8_t)stamp_arg;
     Py_buffer draws, mask, out;
     if (get_buffer(drawso, &draws, "q", 8, 0, "draws") < 0)
         return NULL;
@@ -161,8 +169,8 @@ recency_first_new(PyObject *self, PyObject *args)
             bad = i;
             break;
         }
-        if (!mp[r]) {
-            mp[r] = 1;
+        if (mp[r] != stamp) {
+            mp[r] = stamp;
             op[count++] = r;
         }
     }
@@ -181,7 +189,7 @@ static PyMethodDef methods[] = {
     {"accept", recency_accept, METH_VARARGS,
      "accept(root, v, n, power, out) -> count: accepted recency ranks written to out."},
     {"first_new", recency_first_new, METH_VARARGS,
-     "first_new(draws, mask, need, out) -> count: first untaken draws, marking mask."},
+     "first_new(draws, mask, need, out, stamp) -> count: first untaken draws, stamping mask."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -686,12 +686,23 @@ def _round_size(need: int) -> int:
     return int(need * 1.12) + 32
 
 
-def _mask(n: int) -> NDArray[np.uint8]:
-    """This thread's zeroed byte mask of ``n`` items (the caller leaves it zeroed)."""
+def _mask(n: int) -> tuple[NDArray[np.uint8], int]:
+    """This thread's byte mask of ``n`` items and a fresh stamp (1..255) for one draw.
+
+    A byte equal to the stamp means "taken" in this draw; every other value
+    means untaken, so nothing is cleared between draws: the whole mask is
+    zeroed once the 255 stamps are used up.
+    """
     buf = getattr(_THREAD, "mask", None)
+    stamp = getattr(_THREAD, "stamp", 0) + 1
     if buf is None or buf.size < n:
         buf = _THREAD.mask = np.zeros(n, dtype=np.uint8)
-    return buf[:n]
+        stamp = 1
+    elif stamp > 255:
+        buf[:] = 0
+        stamp = 1
+    _THREAD.stamp = stamp
+    return buf[:n], stamp
 
 
 def _recency_keys(
@@ -785,22 +796,16 @@ def _recency_compiled(
     n: int, k: int, power: float, gen: np.random.Generator, kernel: ModuleType
 ) -> NDArray[np.int64]:
     # The NumPy path's rounds, with the filter and first occurrences done by
-    # ``kernel.first_new`` on a byte mask (cleared again before returning).
-    mask = _mask(n)
+    # ``kernel.first_new`` on a byte mask stamped for this draw (see _mask).
+    mask, stamp = _mask(n)
     out = np.empty(k, dtype=np.int64)
     got = 0
-    try:
-        for _ in range(8):
-            need = k - got
-            draws = _draw_recency(_round_size(need), n, power, gen, kernel)
-            got += kernel.first_new(draws, mask, need, out[got:])
-            if got == k:
-                break
-        else:
-            out[got:] = _recency_keys(n, k - got, power, gen, mask.view(np.bool_))
-            got = k
-    except BaseException:
-        mask[:] = 0
-        raise
-    mask[out[:got]] = 0
+    for _ in range(8):
+        need = k - got
+        draws = _draw_recency(_round_size(need), n, power, gen, kernel)
+        got += kernel.first_new(draws, mask, need, out[got:], stamp)
+        if got == k:
+            break
+    else:
+        out[got:] = _recency_keys(n, k - got, power, gen, mask == stamp)
     return out
