@@ -70,7 +70,9 @@ def _both(local: Any, remote: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     return got
 
 
-@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+@pytest.mark.parametrize(
+    "sampler", [pytest.param("uniform", marks=pytest.mark.slow), "prioritized"]
+)
 def test_transitions_client_matches_local_method_for_method(tmp_path: Path, sampler: str) -> None:
     kwargs = {"sampler": sampler, "seed": 5, "storage": "memory"}
     local = ReplayBuffer("cpu", "cpu", 64, **kwargs)
@@ -124,6 +126,7 @@ def test_transitions_client_matches_local_method_for_method(tmp_path: Path, samp
         local.close()
 
 
+@pytest.mark.slow
 def test_iterator_methods_are_refused_clearly() -> None:
     remote = RemoteBuffer.create(ReplayBuffer, "cpu", "cpu", 8, storage="memory")
     try:
@@ -143,6 +146,7 @@ def test_constructor_errors_keep_their_type() -> None:
         RemoteBuffer.create("ReplayBuffer")
 
 
+@pytest.mark.slow
 def test_experience_buffer_hosted_remotely_matches_local() -> None:
     from replaystore.experience import DataRow, Experience, ExpMeta
     from replaystore.experience import ReplayBuffer as ExperienceBuffer

@@ -123,6 +123,7 @@ def test_checkpoint_of_all_shards_is_one_manifest(
         sharded.load(tmp_path / "none")
 
 
+@pytest.mark.slow
 def test_uniform_sampling_weights_shards_by_size() -> None:
     buf = ShardedReplayBuffer(2, 100, sampler="uniform", seed=3)
     try:
@@ -142,6 +143,7 @@ def test_uniform_sampling_weights_shards_by_size() -> None:
         buf.terminate()
 
 
+@pytest.mark.slow
 def test_dead_shard_is_named_and_restarts_from_its_checkpoint(tmp_path: Path) -> None:
     import ray
 
