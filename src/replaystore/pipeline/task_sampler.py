@@ -91,7 +91,7 @@ __all__ = ["TaskSampler", "load_tasks"]
 logger = logging.getLogger("replaystore.pipeline.task_sampler")
 
 _TASK_FIELDS = tuple(f.name for f in dataclasses.fields(Task))
-_REQUIRED = ("task_name", "domain", "subdomain", "website", "difficulty")
+_REQUIRED: tuple[str, ...] = ("task_name", "domain", "subdomain", "website", "difficulty")
 _REQUIRED += ("evaluator_reference", "reference_answer")
 _NONEMPTY_TEXT = ("task_name", "website")
 _TEXT = ("domain", "subdomain")
@@ -643,7 +643,7 @@ class TaskSampler:
         short = np.flatnonzero(targets > available)
         if short.size and verbose:
             filled = int(alloc.sum() - np.minimum(targets, available).sum())
-            for g in short:
+            for g in short.tolist():
                 logger.warning(
                     "ratio sampling: %s has %d drawable tasks for a target of %d (short by %d)",
                     groups[g][0],

@@ -154,8 +154,8 @@ class StepSource(Protocol):
         """The step mapping (component objects) at collection position ``pos``."""
         ...
 
-    def history(self, pos: int, traj: int, step: int) -> list[Mapping[str, Any]]:
-        """The mappings of steps ``0 .. step-1`` of the same trajectory."""
+    def history(self, pos: int, traj: int, step: int) -> Sequence[Mapping[str, Any]]:
+        """The mappings of steps ``0 .. step-1`` of the same trajectory (a new list)."""
         ...
 
     def describe(self, traj: int, step: int) -> str:

@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -140,8 +140,8 @@ class ScreenshotFingerprinter:
             if raw is None or raw == "":
                 out.append(None)
                 continue
-            key = keys[os.fspath(raw)]
-            value = None if key is None else self._cache.get(key)
+            found = keys[os.fspath(raw)]
+            value = None if found is None else self._cache.get(found)
             failed_lookups += value is None
             out.append(value)
         if missing:
@@ -167,7 +167,7 @@ class ScreenshotFingerprinter:
         show_bar = len(paths) >= 2000 and sys.stderr.isatty()
         if self.workers > 1 and len(paths) >= _PARALLEL_MIN_FILES:
             with ThreadPoolExecutor(max_workers=self.workers) as pool:
-                results = pool.map(one, paths, chunksize=16)
+                results: Iterable[tuple[bytes | None, str]] = pool.map(one, paths, chunksize=16)
                 if show_bar:
                     from tqdm import tqdm
 

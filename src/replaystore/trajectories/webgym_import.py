@@ -215,6 +215,9 @@ class _Record:
     """An inert stand-in for a WebGym component: collects args, kwargs and state only."""
 
     kind: str = ""
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    state: Any
 
     def __new__(cls, *args: Any, **kwargs: Any) -> _Record:
         record = object.__new__(cls)
@@ -798,8 +801,8 @@ def _expand(files: Iterable[str | os.PathLike[str]] | str | os.PathLike[str]) ->
     root = Path(files)
     if not root.is_dir():
         return [root]
-    found = {p: webgym_file_iteration(p) for p in sorted(root.iterdir()) if p.is_file()}
-    found = {p: n for p, n in found.items() if n is not None}
+    named = {p: webgym_file_iteration(p) for p in sorted(root.iterdir()) if p.is_file()}
+    found = {p: n for p, n in named.items() if n is not None}
     if not found:
         raise StorageError(f"no WebGym iteration files (*.pt.iterationN) in {root}")
     merged = {n[0] for n in found.values() if n[1] is None}
