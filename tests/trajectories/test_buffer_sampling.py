@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from replaystore.sampling import recency_sample_without_replacement
 from replaystore.trajectories import ReplayBuffer, SampleList
 
 from .conftest import TrajectoryFactory
@@ -226,3 +227,23 @@ def test_positive_powers_need_no_table_and_negative_ones_cache_one(
     older = buffer.training_positions(8, -1.0, seed=1)  # favours old samples: alias table
     assert len(set(older.tolist())) == 8
     assert list(buffer._tables) == [(64, -1.0)]
+
+
+@pytest.mark.parametrize("power", [1.0, 2.0])
+@pytest.mark.parametrize("eligible_only", [True, False])
+def test_training_positions_are_the_pool_at_the_drawn_ranks(
+    mixed_buffer_trajectories: list[list[dict]], power: float, eligible_only: bool
+) -> None:
+    # eligible_only=False: every kept step, a run of consecutive positions (the
+    # ranks are offset, not gathered); eligible_only=True here: a pool with gaps.
+    buffer = ReplayBuffer(mixed_buffer_trajectories, filter_successful_only=False)
+    pool = buffer.training_positions(eligible_only=eligible_only)
+    assert bool((np.diff(pool) == 1).all()) is not eligible_only
+    for seed in range(20):
+        got = buffer.training_positions(4, power, seed, eligible_only=eligible_only)
+        gen = np.random.default_rng(seed)
+        if power == 1.0:
+            ranks = gen.choice(pool.size, size=4, replace=False)
+        else:
+            ranks = recency_sample_without_replacement(pool.size, 4, power, gen)
+        np.testing.assert_array_equal(got, pool[ranks])

@@ -852,6 +852,11 @@ class ReplayBuffer(Dataset):
             chosen = recency_sample_without_replacement(pool.size, k, power, gen)
         else:
             chosen = weighted_sample_without_replacement(self._table(pool.size, power), k, gen)
+        if int(pool[-1]) - int(pool[0]) == pool.size - 1:
+            # A run of consecutive positions (every kept step eligible, or all kept
+            # steps): an offset, not a gather of k random reads from the pool.
+            chosen += int(pool[0])
+            return chosen
         return pool[chosen]
 
     def _table(self, n: int, power: float) -> AliasTable:
