@@ -153,14 +153,15 @@ def _table(
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from replaystore.demos import PARTS
+    from replaystore.demos import OPT_IN_PARTS, PARTS
 
     parts = PARTS if not args.part else tuple(args.part)
-    unknown = [p for p in parts if p not in PARTS]
+    known = PARTS + OPT_IN_PARTS
+    unknown = [p for p in parts if p not in known]
     if unknown:
         raise _UsageError(
-            f"unknown demo part {unknown[0]!r}{_did_you_mean(unknown[0], PARTS)} "
-            f"(choose from {', '.join(PARTS)})"
+            f"unknown demo part {unknown[0]!r}{_did_you_mean(unknown[0], known)} "
+            f"(choose from {', '.join(known)})"
         )
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -1067,7 +1068,8 @@ def _parser() -> _Parser:
         "--quick", action="store_true", help="smaller runs (for CI): well under a minute in total"
     )
     demo.add_argument(
-        "--part", action="append", help="run only this part (repeatable); default: all"
+        "--part", action="append", help="run only this part (repeatable); default: all but the opt-in "
+        "'distributed' (Ray: pip install \"replaystore[ray]\")"
     )
     demo.set_defaults(func=_cmd_demo)
 

@@ -10,11 +10,16 @@ this order, each in ``<out>/<part>/``:
   local website suite, from task sampling to a LLaMA-Factory dataset (skipped,
   with one line saying how to get a browser, when there is none);
 * ``experience``: several processes writing one SQLite experience store while
-  it is sampled.
+  it is sampled;
+* ``distributed`` (opt-in, ``--part distributed``, needs the ``ray`` extra):
+  Ape-X style Double DQN with CartPole actors in Ray feeding a sharded
+  prioritized buffer.
 """
 
 from __future__ import annotations
 
-__all__ = ["PARTS"]
+__all__ = ["OPT_IN_PARTS", "PARTS"]
 
 PARTS: tuple[str, ...] = ("transitions", "trajectories", "experience")
+# Run only when named (``--part distributed``): they need an optional extra.
+OPT_IN_PARTS: tuple[str, ...] = ("distributed",)
