@@ -516,6 +516,10 @@ def _store_path(text: str) -> Path:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    if ":" not in args.path:
+        # Never a URL (every scheme needs a colon): skip the URL helpers, whose import
+        # loads the whole experience package (~0.1 s) for nothing.
+        return _print_stats(args, Path(args.path))
     from replaystore.experience.storage.urls import is_postgres_url
 
     if is_postgres_url(args.path):
@@ -525,7 +529,11 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         else:
             _print_postgres_stats(summary)
         return 0
-    path = _store_path(args.path)
+    return _print_stats(args, _store_path(args.path))
+
+
+def _print_stats(args: argparse.Namespace, path: Path) -> int:
+    """Detect what the local ``path`` is, then print its summary (text or ``--json``)."""
     kind, target = _detect(path)
     if kind == "trajectory_storage":
         summary = _trajectory_stats(target, args.success_threshold)
