@@ -1,4 +1,5 @@
-"""``replaystore stats`` reads every store kind without importing torch, pandas or PIL.
+"""``replaystore stats PATH`` reads every store kind without importing torch, pandas, PIL
+or the experience package (a plain path needs no URL helpers).
 
 Each kind's summary reader runs in a fresh interpreter (``cli.main`` called from
 ``python -c``), which then reports the heavy modules it loaded; the trajectory
@@ -20,7 +21,7 @@ from replaystore.trajectories import TrajectoryStorage
 
 from .conftest import TrajectoryFactory
 
-HEAVY = ("torch", "pandas", "PIL", "tensordict")
+HEAVY = ("torch", "pandas", "PIL", "tensordict", "replaystore.experience")
 
 
 def _stats_in_fresh_interpreter(path: Path) -> tuple[dict, list[str]]:
