@@ -48,6 +48,7 @@ from PIL import Image, ImageDraw
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import fmt_rate, fmt_ratio, machine_summary, markdown_table, median_seconds
 
+from replaystore._kernels import kernel_report
 from replaystore.sampling import recency_weights
 from replaystore.trajectories import (
     Action,
@@ -240,6 +241,23 @@ def bench_sampling(n: int, k: int, repeats: int) -> tuple[list[list[str]], float
     first = sorted(firsts)[len(firsts) // 2]
     ours = median_seconds(lambda: buffer.get_training_samples(k, 2.0), repeats=repeats, warmup=2)
     uniform = median_seconds(lambda: buffer.get_training_samples(k, 1.0), repeats=repeats)
+    # The same draw from a pool with gaps (every 10th step not eligible): the
+    # positions are then gathered from the pool, not offset (k random reads).
+    gaps = ReplayBuffer.from_index(
+        StepIndex(
+            traj=np.arange(n, dtype=np.int64),
+            step=np.zeros(n, dtype=np.int32),
+            reward=np.ones(n),
+            same=np.arange(n) % 10 == 9,
+            trajectory_rewards=np.ones(n),
+            dummy_trajectories=0,
+            computed_steps=0,
+            missing_screenshots=0,
+            source=_NoSource(),
+        ),
+        seed=0,
+    )
+    gapped = median_seconds(lambda: gaps.get_training_samples(k, 2.0), repeats=repeats, warmup=2)
     gen = np.random.default_rng(0)
     p = recency_weights(n, 2.0)
     p /= p.sum()
@@ -256,6 +274,11 @@ def bench_sampling(n: int, k: int, repeats: int) -> tuple[list[list[str]], float
             "  first call on a fresh buffer (median of 5)",
             f"{first * 1e3:.2f} ms",
             fmt_ratio(numpy_s / first),
+        ],
+        [
+            f"  same from a pool with gaps ({gaps.num_eligible:,} eligible, every 10th step not)",
+            f"{gapped * 1e3:.2f} ms",
+            fmt_ratio(numpy_s / gapped),
         ],
         [f"get_training_samples({k:,}, power=1.0) (uniform)", f"{uniform * 1e3:.2f} ms", ""],
         [
@@ -373,7 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     parts = [
         BEGIN,
         f"Machine: {machine_summary()}. Mode: {'quick' if q else 'full'}. Single figures "
-        "move by up to +-30% between runs; compare ratios within one run.",
+        "move by up to +-30% between runs; compare ratios within one run. Recency kernel: "
+        + next(k["active"] for k in kernel_report() if k["name"] == "recency")
+        + " (`c` = the compiled replaystore._recency, `numpy` = its fallback).",
         "",
         "### Building the buffer",
         "",
