@@ -1,23 +1,17 @@
 """Fixtures for the CLI tests: small real stores of every kind, and ways to run the command.
 
-:func:`run_cli` calls ``replaystore.cli.main(argv)`` in this process with
-stdout and stderr captured: the exit status and streams the shell would see,
-without starting a Python and importing torch per call (the whole directory ran
-in ~52 s that way; now a few seconds). :func:`run_cli_subprocess` runs the real
-``python -m replaystore.cli`` for the few tests about the process itself (the
-installed entry point, environment variables read at start-up). The fixtures
-build their inputs with the library itself.
+``run_cli`` (``tests/cli_runner.py``) calls ``replaystore.cli.main(argv)`` in
+this process with stdout and stderr captured (the directory ran in ~52 s with a
+subprocess per call; now a few seconds); ``run_cli_subprocess`` runs the real
+``python -m replaystore.cli`` for the few tests about the process itself. The
+fixtures build their inputs with the library itself.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import subprocess
 import sys
 import types
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,49 +19,12 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
+from cli_runner import CliResult, run_cli, run_cli_subprocess
 from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
 from replaystore.trajectories.context import ConversationBuilder
 from replaystore.trajectories.storage import TrajectoryStorage
 
-
-@dataclass(frozen=True)
-class CliResult:
-    """What one ``replaystore`` run left: exit status and the text of both streams."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def run_cli(*args: Any, cwd: Path | None = None) -> CliResult:
-    """``replaystore ARGS...`` in process: ``main(argv)`` with both streams captured.
-
-    The streams are StringIO objects (``isatty()`` is False, as for a pipe), so
-    progress bars stay off as they do under ``subprocess.run(capture_output=True)``.
-    An exception ``main`` does not turn into an exit status propagates, failing
-    the test with its traceback (a subprocess would have exited 1).
-    """
-    from replaystore.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    place = contextlib.chdir(cwd) if cwd is not None else contextlib.nullcontext()
-    with place, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in args])
-    return CliResult(code, out.getvalue(), err.getvalue())
-
-
-def run_cli_subprocess(
-    *args: Any, env: dict[str, str] | None = None, timeout: float = 120
-) -> CliResult:
-    """``python -m replaystore.cli ARGS...`` in a new process; never raises on failure."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "replaystore.cli", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
-    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+__all__ = ["CliResult", "assert_one_line_error", "run_cli", "run_cli_subprocess"]
 
 
 def assert_one_line_error(proc: CliResult, command: str, *needles: str) -> str:
