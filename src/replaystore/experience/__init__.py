@@ -71,3 +71,8 @@ def __getattr__(name: str) -> Any:
 
         return PostgresStorage
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The lazy PostgresStorage too, so dir() lists every name of __all__.
+    return sorted(set(globals()) | set(__all__))
