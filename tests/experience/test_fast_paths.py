@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import json
+import os
 import sqlite3
 
 import pytest
@@ -99,8 +100,9 @@ def _containers(value):
 
 
 needs_jsoncopy = pytest.mark.skipif(
-    importlib.util.find_spec("replaystore._jsoncopy") is None,
-    reason="replaystore._jsoncopy is not built (no C compiler)",
+    importlib.util.find_spec("replaystore._jsoncopy") is None
+    or os.environ.get("REPLAYSTORE_JSONCOPY") == "numpy",
+    reason="replaystore._jsoncopy is not built (no C compiler) or REPLAYSTORE_JSONCOPY=numpy",
 )
 
 
