@@ -21,11 +21,14 @@ In one run, on the same rows (20 steps per task, 8 agents, a ~250-byte JSON payl
   SQLite (``store_batch(1000)``; ``store``, one commit per row, to 10k) and the
   multi-process storage (``store_batch(1000)``; ``store`` to 10k).
 * **SQLite durability**: one-row ``store`` with ``synchronous="NORMAL"`` (the
-  default) and ``"FULL"``; 4 writer processes with ``store_batch(100)``.
+  default) and ``"FULL"``; 4 writer processes with ``store_batch(100)``; the
+  floor: raw sqlite3 one-row commits into the same row table, nothing else.
 * **sample_task(batch_size=32)** with an ``eq`` condition on ``exp_meta.agent_id``
   (1/8 of the tasks) on each full store (1M rows; ``--quick``: 10k), median ms.
 
-Every target is printed with met / not met. The machine's load average is
+Every target is printed with met / not met, with the compiled kernels that
+ran (``numpy`` for one means replaystore was installed without a C compiler:
+the in-memory figures need ``jsoncopy c``). The machine's load average is
 printed at the start and end: on a shared machine single figures move, ratios
 within one run are what to compare.
 """
