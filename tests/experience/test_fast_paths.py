@@ -511,3 +511,27 @@ def test_sqlite_task_keys_forget_an_agent_whose_rows_were_evicted(tmp_path, evic
     assert store.task_ids(only_a) == []
     assert store.sample_task_ids(5, only_a, rng=0) == []
     assert store.task_ids({"field": "exp_meta.agent_id", "op": "eq", "value": "b"}) == ["t"]
+
+
+@pytest.mark.parametrize("bad", [None, "id", "meta", "payload"])
+def test_in_memory_add_batch_names_the_bad_row_and_stores_nothing(bad):
+    def row(i):
+        return DataRow(ExpMeta("t", None, None, i, 0.0), Experience(state={"i": i}), f"r{i}")
+
+    broken = row(1)
+    if bad == "id":
+        broken.id = ""
+    elif bad == "meta":
+        broken.exp_meta.step = "one"
+    elif bad == "payload":
+        broken.exp_data.state = {"x": {1, 2}}
+    store = InMemoryStorage()
+    with pytest.raises(SchemaError, match=r"data_batch\[1\]|'r1'"):
+        store.add_batch([row(0), None if bad is None else broken, row(2)])
+    assert store.size() == 0
+    store.add_batch([row(0)])
+    with pytest.raises(SchemaError, match="'r0' is already stored"):
+        store.add_batch([row(3), row(0)])
+    with pytest.raises(SchemaError, match="'r4' is already stored"):
+        store.add_batch([row(4), row(4)])
+    assert [r.id for r in store.get_all()] == ["r0"]

@@ -382,27 +382,33 @@ class InMemoryStorage(Storage):
             encode_batch(batch, _where)  # raises the error that names it
         snapshots = []
         given = []
+        where = _where or "data_batch"
         for i, row in enumerate(batch):
-            where = _where or f"data_batch[{i}]"
-            snapshot = snapshot_row(row, where)
+            try:
+                snapshot = snapshot_row(row, where)
+            except SchemaError:
+                if _where is None:  # the same error again, naming the row's place
+                    snapshot_row(row, f"data_batch[{i}]")
+                raise
             if snapshot is not None:
                 snapshots.append(snapshot)
                 given.append(
                     row if type(row.exp_meta) is ExpMeta else _given_row(row, snapshot, None)
                 )
             else:
-                snapshot, mine = _encode(row, where)
+                snapshot, mine = _encode(row, _where or f"data_batch[{i}]")
                 snapshots.append(snapshot)
                 given.append(mine)
         with self._lock:
             index = self._index
             ids = index.ids
-            seen: set[str] = set()
-            for snapshot in snapshots:
-                row_id = snapshot.id
-                if row_id in ids or row_id in seen:
-                    raise SchemaError(f"row id {row_id!r} is already stored")
-                seen.add(row_id)
+            new_ids = [snapshot.id for snapshot in snapshots]
+            if not ids.keys().isdisjoint(new_ids) or len(set(new_ids)) < len(new_ids):
+                seen: set[str] = set()
+                for row_id in new_ids:  # name the first one
+                    if row_id in ids or row_id in seen:
+                        raise SchemaError(f"row id {row_id!r} is already stored")
+                    seen.add(row_id)
             seq = self._next_seq
             stored = self._given
             insert = index.insert
