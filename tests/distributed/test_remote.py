@@ -41,8 +41,9 @@ def _batch(start: int, n: int) -> dict[str, np.ndarray]:
 def _same(a: Any, b: Any) -> None:
     if isinstance(a, torch.Tensor) or hasattr(a, "keys"):
         if hasattr(a, "keys"):
-            assert sorted(a.keys()) == sorted(b.keys())
-            for key in a:
+            keys = sorted(a.keys())  # iterating a TensorDict yields rows, not keys
+            assert keys == sorted(b.keys())
+            for key in keys:
                 torch.testing.assert_close(a[key], b[key], rtol=0, atol=0)
         else:
             torch.testing.assert_close(a, b, rtol=0, atol=0)

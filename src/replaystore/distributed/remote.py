@@ -17,6 +17,8 @@ import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+
 from replaystore.distributed._ray import (
     RemoteActorError,
     get,
@@ -56,13 +58,51 @@ class BufferHost:
                 f"{name}() returns an iterator, which cannot cross the actor boundary; "
                 "draw batches with get_next_batch() or sample_batch() instead"
             )
-        return result
+        return _pack(result)
 
     def get_attr(self, name: str) -> Any:
         return getattr(self.buffer, name)
 
     def set_attr(self, name: str, value: Any) -> None:
         setattr(self.buffer, name, value)
+
+
+class _PackedTensorDict:
+    """A flat CPU TensorDict as NumPy arrays: Ray ships those zero-copy, without pickle."""
+
+    __slots__ = ("arrays", "batch_size", "device")
+
+    def __init__(self, arrays: dict[str, Any], batch_size: list[int], device: str | None) -> None:
+        self.arrays = arrays
+        self.batch_size = batch_size
+        self.device = device
+
+
+def _pack(result: Any) -> Any:
+    from tensordict import TensorDictBase
+
+    if not isinstance(result, TensorDictBase) or result.device not in (None, torch.device("cpu")):
+        return result
+    arrays = {}
+    for key, value in result.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            return result  # nested or non-tensor entries: ship the TensorDict as is
+        arrays[key] = value.numpy()
+    device = None if result.device is None else str(result.device)
+    return _PackedTensorDict(arrays, list(result.batch_size), device)
+
+
+def _unpack(result: Any) -> Any:
+    if not isinstance(result, _PackedTensorDict):
+        return result
+    from tensordict import TensorDict
+
+    # Arrays read from Ray's object store are read-only views: one copy makes the
+    # batch writable, as a local sample is.
+    tensors = {
+        k: torch.from_numpy(v if v.flags.writeable else v.copy()) for k, v in result.arrays.items()
+    }
+    return TensorDict(tensors, batch_size=result.batch_size, device=result.device)
 
 
 def _public_api(cls: type) -> tuple[dict[str, Callable[..., Any]], dict[str, property]]:
@@ -242,7 +282,7 @@ class RemoteBuffer:
         return self._actor
 
     def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return get(self._actor.call.remote(name, args, kwargs), self._what)
+        return _unpack(get(self._actor.call.remote(name, args, kwargs), self._what))
 
     def _submit(self, name: str, *args: Any) -> Any:
         """Start a call without waiting; returns its ObjectRef (used by the batching writer)."""
