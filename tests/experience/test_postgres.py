@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import multiprocessing
 import pickle
-import subprocess
-import sys
 import uuid
 
 import psycopg
 import pytest
 
+from cli_runner import CliResult, run_cli
 from replaystore.errors import ConfigError, SchemaError, StorageError
 from replaystore.experience import (
     DataRow,
@@ -236,14 +235,9 @@ def test_drawn_row_samples_are_distinct_and_matching(big_store):
 # ----------------------------------------------------------------------------- CLI
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "replaystore.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def cli(*args: str) -> CliResult:
+    """``replaystore ARGS`` in process (``replaystore.cli.main``), both streams captured."""
+    return run_cli(*args)
 
 
 def test_copy_sqlite_to_postgresql_and_back_verifies_the_row_count(postgres_url, tmp_path):
