@@ -17,7 +17,7 @@ Switching from AWorld is an import change::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from replaystore.experience.buffer import ReplayBuffer
 from replaystore.experience.decoding import FieldDecoders
@@ -62,6 +62,10 @@ __all__ = [
     "TaskSampler",
     "open_storage",
 ]
+
+
+if TYPE_CHECKING:  # what type checkers see; at run time, __getattr__ below
+    from replaystore.experience.storage.postgres import PostgresStorage
 
 
 def __getattr__(name: str) -> Any:

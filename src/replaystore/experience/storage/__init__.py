@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from replaystore.experience.storage.base import Storage
 from replaystore.experience.storage.memory import InMemoryStorage
@@ -28,6 +28,10 @@ __all__ = [
     "Storage",
     "open_storage",
 ]
+
+
+if TYPE_CHECKING:  # what type checkers see; at run time, __getattr__ below
+    from replaystore.experience.storage.postgres import PostgresStorage
 
 
 def __getattr__(name: str) -> Any:
