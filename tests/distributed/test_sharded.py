@@ -125,7 +125,7 @@ def test_checkpoint_of_all_shards_is_one_manifest(
 
 @pytest.mark.slow
 def test_uniform_sampling_weights_shards_by_size() -> None:
-    buf = ShardedReplayBuffer(2, 100, sampler="uniform", seed=3)
+    buf = ShardedReplayBuffer(2, 100, sampler="uniform", seed=3, single_round=False)
     try:
         with pytest.raises(EmptyBufferError):
             buf.sample_batch(4)

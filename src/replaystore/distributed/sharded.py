@@ -7,7 +7,9 @@ shard. Sampling ``n`` items:
 1. one call per shard returns its size, priority total and minimum;
 2. the client draws how many items come from each shard,
    ``multinomial(n, total_s / sum_s total_s)`` (sizes for uniform sampling);
-3. each shard draws its share inside itself, proportionally to priority;
+3. each shard draws its share inside itself, proportionally to priority
+   (by default steps 1 and 3 are one call: each shard draws ``n`` items with
+   its statistics and the client keeps the first ``count_s``, which are iid);
 4. the client shuffles the union and computes the importance weights from the
    GLOBAL total and minimum: ``w_i = (p_i / p_min) ** -beta``.
 
@@ -132,6 +134,11 @@ class ShardHost:
         idx = td["index"].numpy()
         return fields, idx, self.buf._prio.tree[idx]
 
+    def stats_and_sample(self, k: int) -> tuple[tuple[int, float, float], Any]:
+        """Statistics and ``k`` draws taken at the same instant (one round trip)."""
+        stats = self.stats()
+        return stats, (self.sample(k) if stats[0] else None)
+
     def sample_all(self) -> dict[str, np.ndarray] | None:
         if not self.buf.size:
             return None
@@ -174,6 +181,12 @@ class ShardedReplayBuffer:
             ``checkpoint_every`` + one add batch transitions, plus the calls in
             flight when it died (those raise :class:`RemoteActorError`).
         num_cpus: CPUs each shard reserves (0 by default).
+        single_round: how :meth:`sample_batch` talks to the shards. True (default):
+            one round trip; every shard draws the whole batch and returns it with
+            its statistics, the client keeps each shard's share (transfers
+            ``num_shards`` times the batch's rows: cheap for vector observations).
+            False: two rounds (statistics, then each shard draws only its
+            share): for large observations (images). Same distribution either way.
 
     Raises:
         ArgumentError: a bad argument (named).
@@ -198,6 +211,7 @@ class ShardedReplayBuffer:
         checkpoint_every: int | None = None,
         max_restarts: int = 0,
         num_cpus: float = 0,
+        single_round: bool = True,
     ) -> None:
         ray = import_ray()
         require_initialized(ray)
@@ -232,6 +246,7 @@ class ShardedReplayBuffer:
             "checkpoint_every": checkpoint_every,
             "max_restarts": int(max_restarts),
             "name": name,
+            "single_round": bool(single_round),
         }
         options: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": int(max_restarts)}
         if namespace:
@@ -261,6 +276,7 @@ class ShardedReplayBuffer:
         self._rng = np.random.default_rng(config["seed"])
         self._device = torch.device(device)
         self._next = 0
+        self._single_round = bool(config.get("single_round", True))
 
     @classmethod
     def connect(
@@ -391,18 +407,42 @@ class ShardedReplayBuffer:
             ArgumentError: ``batch_size`` is not a positive integer.
             RemoteActorError: a shard is dead (named).
 
-        Cost: two rounds of actor calls (statistics, then one sample call per
-        shard that has a share), then one concatenation and one permutation.
+        Cost: one round of actor calls (``single_round=True``; two otherwise, see
+        the constructor), then one concatenation and one permutation.
         """
         if type(batch_size) is not int or batch_size < 1:
             raise ArgumentError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        stats = self._stats()
+        if self._single_round:
+            # Each shard draws the whole batch with its statistics; the first
+            # counts[s] of shard s's iid draws are a draw of counts[s] items.
+            both = self._get(
+                [a.stats_and_sample.remote(batch_size) for a in self._actors],
+                range(self.num_shards),
+            )
+            stats = [b[0] for b in both]
+        else:
+            stats = self._stats()
         mass = np.array([s[1] for s in stats], dtype=np.float64)
         if mass.sum() <= 0:
             raise EmptyBufferError("the sharded buffer is empty: no shard holds a transition")
         counts = self._rng.multinomial(batch_size, mass / mass.sum())
         shards = [i for i, c in enumerate(counts) if c]
-        parts = self._get([self._actors[i].sample.remote(int(counts[i])) for i in shards], shards)
+        if self._single_round:
+            parts = []
+            for i in shards:
+                fields, idx, pri = both[i][1]
+                k = int(counts[i])
+                parts.append(
+                    (
+                        {key: v[:k] for key, v in fields.items()},
+                        None if idx is None else idx[:k],
+                        None if pri is None else pri[:k],
+                    )
+                )
+        else:
+            parts = self._get(
+                [self._actors[i].sample.remote(int(counts[i])) for i in shards], shards
+            )
         order = self._rng.permutation(batch_size)
         out: dict[str, torch.Tensor] = {}
         for key in parts[0][0]:

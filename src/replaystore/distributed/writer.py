@@ -34,6 +34,10 @@ class BatchingWriter:
     Each batch is one dict of contiguous NumPy arrays: Ray serialises it once
     into its object store and the actor reads the arrays without another copy.
 
+    Faults: a batch is stored whole or not at all. If the process holding the
+    writer dies, its pending (unsent) transitions are lost and so may be its
+    in-flight batches; the buffer and every other writer go on.
+
     Args:
         target: the remote buffer or sharded buffer.
         batch_size: transitions per batch (>= 1).
