@@ -5,8 +5,9 @@ that create, overwrite, append to or rename files: ``open``/``Path.open`` with a
 writing mode, ``write_text``/``write_bytes``, ``os.open`` with writing flags,
 ``os.replace``/``os.rename``, ``shutil`` copies and moves, ``torch.save``,
 ``np.save*``/``tofile``, ``np.memmap`` opened for writing, ``tempfile.mkstemp``,
-and ``savefig`` to anything but an ``io.BytesIO``. Outside ``atomic.py`` each must be in ``EXCEPTIONS`` with the
-reason it does not need (or cannot use) ``atomic_open``: a new write elsewhere
+and ``savefig`` to anything but an ``io.BytesIO``. Outside ``atomic.py`` each
+must be in ``EXCEPTIONS`` with the reason it does not need (or cannot use)
+``atomic_open``: a new write elsewhere
 fails here until it is routed through ``replaystore.atomic`` or its reason is
 written down. ``atomic.py`` itself holds the one temp-file/fsync/rename
 sequence and the umask rule (``tests/test_file_modes.py``).

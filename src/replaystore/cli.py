@@ -1076,8 +1076,10 @@ def _parser() -> _Parser:
         "--quick", action="store_true", help="smaller runs (for CI): well under a minute in total"
     )
     demo.add_argument(
-        "--part", action="append", help="run only this part (repeatable); default: all but the opt-in "
-        "'distributed' (Ray: pip install \"replaystore[ray]\")"
+        "--part",
+        action="append",
+        help="run only this part (repeatable); default: all but the opt-in "
+        "'distributed' (Ray: pip install \"replaystore[ray]\")",
     )
     demo.set_defaults(func=_cmd_demo)
 
