@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.view.stores import make_experience_store, make_trajectory_storage, make_transitions
+
+from .stores import make_experience_store, make_trajectory_storage, make_transitions
 
 pytest.importorskip("starlette", reason="the viewer needs the view extra: pip install '.[view]'")
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.view.stores import make_trajectory_storage
+
+from .stores import make_trajectory_storage
 
 starlette = pytest.importorskip("starlette")
 from starlette.testclient import TestClient  # noqa: E402

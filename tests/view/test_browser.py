@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.view.conftest import Page, serving
 
 from replaystore.view import build_app
+
+from .conftest import Page, serving
 
 
 @pytest.fixture(scope="module")

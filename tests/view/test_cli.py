@@ -58,7 +58,7 @@ def test_usage_errors_are_one_line_with_status_2(
 
 
 def test_detection_leaves_abandoned_temporary_files_alone(tmp_path: Path) -> None:
-    from tests.view.stores import make_trajectory_storage
+    from .stores import make_trajectory_storage
 
     root = make_trajectory_storage(tmp_path / "storage")["root"]
     stale = root / ".iteration_000009.jsonl.abc123.tmp"  # what a killed writer leaves

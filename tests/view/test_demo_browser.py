@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.view.conftest import Page, serving
 
 from replaystore.view import build_app
+
+from .conftest import Page, serving
 
 pytestmark = pytest.mark.slow
 

@@ -6,11 +6,12 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from tests.view.stores import experience_rows
 
 from postgres_server import postgres_url_fixture
 from replaystore.experience import ExperienceBuffer
 from replaystore.experience.storage.urls import open_storage
+
+from .stores import experience_rows
 
 starlette = pytest.importorskip("starlette")
 from starlette.testclient import TestClient  # noqa: E402
