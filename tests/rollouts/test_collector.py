@@ -216,7 +216,9 @@ def test_a_task_killed_by_its_timeout_is_recorded_as_failed(
             WebAgent(Stalls(replies), image_urls="file"),
             browser,
             num_workers=2,
-            task_timeout_s=3.0,
+            # Long enough for step 0 (page load, screenshot, one reply) on a loaded
+            # 2-core machine; step 1 then stalls for 60 s and the timeout ends it.
+            task_timeout_s=6.0,
             task_history=history,
         )
     )
