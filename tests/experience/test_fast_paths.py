@@ -535,3 +535,48 @@ def test_in_memory_add_batch_names_the_bad_row_and_stores_nothing(bad):
     with pytest.raises(SchemaError, match="'r4' is already stored"):
         store.add_batch([row(4), row(4)])
     assert [r.id for r in store.get_all()] == ["r0"]
+
+
+@needs_jsoncopy
+@SETTINGS
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["r0", "r1", "r2", "é", ""]),
+            st.lists(META_VALUE, min_size=6, max_size=6),
+            st.lists(st.booleans(), min_size=6, max_size=6),
+            st.one_of(ANY, st.dictionaries(TEXT, st.lists(LEAF, max_size=3), max_size=3)),
+        ),
+        max_size=6,
+    ),
+    capacity=st.sampled_from([None, 2]),
+    eviction=st.sampled_from(["task", "row"]),
+)
+def test_in_memory_add_is_add_batch_of_one_row(rows, capacity, eviction):
+    # add() inlines snapshot_row's common case: each row must be accepted or
+    # refused (same message) as add_batch([row]) does, and leave the same store.
+    fallback = ["t", None, None, 3, 1.5, None]
+    one = InMemoryStorage(capacity, eviction=eviction)
+    batch = InMemoryStorage(capacity, eviction=eviction)
+    for row_id, values, good, state in rows:
+        meta = ExpMeta.__new__(ExpMeta)
+        for i, name in enumerate(META_FIELDS):
+            setattr(meta, name, fallback[i] if good[i] else values[i])
+        row = DataRow(meta, Experience(state=state, reward_t=1.0), row_id)
+        outcomes = []
+        for call in (one.add, lambda r: batch.add_batch([r])):
+            try:
+                call(row)
+                outcomes.append("ok")
+            except SchemaError as exc:
+                message = str(exc).replace("data_batch[0]", "data")
+                outcomes.append(message.replace("data_batch", "data"))
+        assert outcomes[0] == outcomes[1]
+        assert [r.id for r in one.get_all()] == [r.id for r in batch.get_all()]
+    for cond in (
+        None,
+        {"field": "exp_meta.task_id", "op": "eq", "value": "t"},
+        {"field": "exp_data.reward_t", "op": "eq", "value": 1.0},
+    ):
+        assert [r.id for r in one.get_all(cond)] == [r.id for r in batch.get_all(cond)]
+    assert one.task_ids() == batch.task_ids()
