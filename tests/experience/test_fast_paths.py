@@ -555,7 +555,7 @@ def test_in_memory_add_batch_names_the_bad_row_and_stores_nothing(bad):
 def test_in_memory_add_is_add_batch_of_one_row(rows, capacity, eviction):
     # add() inlines snapshot_row's common case: each row must be accepted or
     # refused (same message) as add_batch([row]) does, and leave the same store.
-    fallback = ["t", None, None, 3, 1.5, None]
+    fallback = ["t", "n", "a", 3, 1.5, None]
     one = InMemoryStorage(capacity, eviction=eviction)
     batch = InMemoryStorage(capacity, eviction=eviction)
     for row_id, values, good, state in rows:
@@ -577,6 +577,9 @@ def test_in_memory_add_is_add_batch_of_one_row(rows, capacity, eviction):
         None,
         {"field": "exp_meta.task_id", "op": "eq", "value": "t"},
         {"field": "exp_data.reward_t", "op": "eq", "value": 1.0},
+        {"field": "exp_meta.agent_id", "op": "is_null"},
+        {"field": "exp_meta.task_name", "op": "in", "value": ["n", "t1", "agent_7"]},
+        {"field": "exp_meta.agent_id", "op": "eq", "value": "a"},
     ):
         assert [r.id for r in one.get_all(cond)] == [r.id for r in batch.get_all(cond)]
     assert one.task_ids() == batch.task_ids()
