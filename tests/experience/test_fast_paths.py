@@ -26,6 +26,8 @@ from replaystore.experience.rows import (
     PAYLOAD_FIELDS,
     _dumps,
     _encode_payload,
+    encode_batch,
+    encode_records,
     encode_row,
     snapshot_row,
 )
@@ -583,3 +585,46 @@ def test_in_memory_add_is_add_batch_of_one_row(rows, capacity, eviction):
     ):
         assert [r.id for r in one.get_all(cond)] == [r.id for r in batch.get_all(cond)]
     assert one.task_ids() == batch.task_ids()
+
+
+@SETTINGS
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from(["r0", "r1", "é", ""]),
+            st.lists(META_VALUE, min_size=6, max_size=6),
+            st.lists(st.booleans(), min_size=6, max_size=6),
+            st.one_of(ANY, st.dictionaries(TEXT, st.lists(LEAF, max_size=3), max_size=3)),
+        ),
+        max_size=5,
+    ),
+    where=st.sampled_from([None, "data"]),
+)
+def test_encode_records_is_encode_batch_records(rows, where):
+    # SQLite's write path builds record tuples directly on the common case: the
+    # same tuples (types included) and the same errors as encode_batch's records.
+    fallback = ["t", "n", "a", 3, 1.5, None]
+    batch = []
+    for row_id, values, good, state in rows:
+        meta = ExpMeta.__new__(ExpMeta)
+        for i, name in enumerate(META_FIELDS):
+            setattr(meta, name, fallback[i] if good[i] else values[i])
+        batch.append(DataRow(meta, Experience(state=state, actions=[state]), row_id))
+    try:
+        simple = [e.record() for e in encode_batch(batch, where, decode=False)]
+    except SchemaError as exc:
+        with pytest.raises(SchemaError) as fast:
+            encode_records(batch, where)
+        assert str(fast.value) == str(exc)
+        return
+    fast_records = encode_records(batch, where)
+    assert fast_records == simple
+    assert [[type(v) for v in r] for r in fast_records] == [[type(v) for v in r] for r in simple]
+
+
+@pytest.mark.parametrize(
+    "bad", [None, DataRow(ExpMeta("t", None, None, 0, 0.0), Experience(), "r"), {"id": "r"}]
+)
+def test_encode_records_refuses_a_non_batch_as_encode_batch_does(bad):
+    with pytest.raises(SchemaError, match="add_batch expects a list of DataRow"):
+        encode_records(bad)

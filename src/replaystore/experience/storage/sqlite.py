@@ -51,7 +51,7 @@ from replaystore.experience.rows import (
     DataRow,
     ExpMeta,
     decode_experiences,
-    encode_batch,
+    encode_records,
 )
 from replaystore.experience.storage.base import (
     Eviction,
@@ -408,10 +408,9 @@ class SqliteStorage(Storage):
         self.add_batch([data], _where="data")
 
     def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
-        encoded = encode_batch(data_batch, _where, decode=False)
-        if not encoded:
+        params = encode_records(data_batch, _where)
+        if not params:
             return
-        params = [e.record() for e in encoded]
         ids = [p[0] for p in params]
         if len(set(ids)) != len(ids):
             seen: set[str] = set()
