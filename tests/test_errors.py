@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -68,3 +71,35 @@ def test_check_choice_lists_the_accepted_names() -> None:
         check_choice("lifo", "sampler", ("uniform", "prioritized"))
     with pytest.raises(ArgumentError, match="sampler must be one of"):
         check_choice(["uniform"], "sampler", frozenset({"uniform"}))  # unhashable
+
+
+def _trajectory_and_pipeline_calls(tmp_path: Path) -> list[tuple[str, Callable[[], object]]]:
+    from replaystore.pipeline import TaskSampler
+    from replaystore.trajectories import ReplayBuffer, TrajectoryStorage
+    from replaystore.trajectories.context import ConversationBuilder
+    from replaystore.trajectories.export import export_llamafactory
+    from replaystore.trajectories.screenshots import ScreenshotFingerprinter
+    from replaystore.trajectories.webgym_import import ImportLimits
+
+    storage = TrajectoryStorage(tmp_path / "storage")
+    return [
+        ("capacity", lambda: ReplayBuffer([], capacity=0)),
+        ("success_threshold", lambda: ReplayBuffer([], success_threshold=float("nan"))),
+        ("num_samples", lambda: ReplayBuffer([]).get_training_samples(-1)),
+        ("world_size", lambda: ReplayBuffer([]).shard(0, 0)),
+        ("history_window", lambda: ConversationBuilder(history_window=-1)),
+        ("val_ratio", lambda: export_llamafactory([], tmp_path / "out", val_ratio=1.5)),
+        ("max_entries", lambda: ScreenshotFingerprinter(max_entries=0)),
+        ("iteration", lambda: storage.save_iteration(0, [])),
+        ("keep_last_n", lambda: storage.cleanup_old_iterations(keep_last_n=-1)),
+        ("ImportLimits", lambda: ImportLimits(max_expansion=0.5)),
+        ("world_size", lambda: TaskSampler([], seed=0).sample_train(1, world_size=0)),
+    ]
+
+
+def test_trajectory_and_pipeline_arguments_raise_the_family(tmp_path: Path) -> None:
+    """The same family past the transitions package: every argument check of the
+    trajectory buffer, prompts, export, screenshots, storage, importer and task sampler."""
+    for name, call in _trajectory_and_pipeline_calls(tmp_path):
+        with pytest.raises(ArgumentError, match=name):
+            call()

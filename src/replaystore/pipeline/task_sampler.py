@@ -70,7 +70,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from replaystore.errors import SchemaError
+from replaystore.errors import ArgumentError, SchemaError
 from replaystore.pipeline.blocklist import (
     Blocklist,
     blocked_domain_set,
@@ -307,9 +307,9 @@ def _allocate(
 
 def _check_rank(rank: int, world_size: int) -> None:
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+        raise ArgumentError(f"world_size must be an integer >= 1, got {world_size!r}")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+        raise ArgumentError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
 
 
 def _parse_ratio(difficulty_ratio: Mapping[Any, Any]) -> list[tuple[str, Any, float]]:
@@ -573,7 +573,7 @@ class TaskSampler:
         Cost: O(len(tasks)) NumPy work plus the draw (O(n log len(tasks)) when n is small).
         """
         if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
-            raise ValueError(f"n must be an integer >= 0, got {n!r}")
+            raise ArgumentError(f"n must be an integer >= 0, got {n!r}")
         _check_rank(rank, world_size)
         gen = self._generator(seed, world_size)
         level_w = self._level_table[self.levels()]
@@ -591,7 +591,7 @@ class TaskSampler:
             if verbose:
                 self._log_ratio_result(chosen)
         else:
-            raise ValueError(f"unknown strategy {strategy!r}; use 'uniform' or 'ratio'")
+            raise ArgumentError(f"unknown strategy {strategy!r}; use 'uniform' or 'ratio'")
         if chosen.size < n and verbose:
             logger.warning(
                 "train sampling: %d tasks requested but only %d can be drawn "

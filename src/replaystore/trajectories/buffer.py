@@ -49,7 +49,7 @@ import torch
 from numpy.typing import NDArray
 from torch.utils.data import Dataset, Subset
 
-from replaystore.errors import SchemaError, TrajectoryError
+from replaystore.errors import ArgumentError, SchemaError, TrajectoryError
 from replaystore.sampling import (
     AliasTable,
     recency_sample_without_replacement,
@@ -836,13 +836,13 @@ class ReplayBuffer(Dataset):
         if num_samples is None:
             return pool.copy()
         if int(num_samples) != num_samples or num_samples < 0:
-            raise ValueError(f"num_samples must be None or an integer >= 0, got {num_samples!r}")
+            raise ArgumentError(f"num_samples must be None or an integer >= 0, got {num_samples!r}")
         k = int(num_samples)
         if k >= pool.size:
             return pool.copy()
         power = float(recency_bias_power)
         if not math.isfinite(power):
-            raise ValueError(f"recency_bias_power must be finite, got {recency_bias_power!r}")
+            raise ArgumentError(f"recency_bias_power must be finite, got {recency_bias_power!r}")
         gen = self._rng if seed is None else np.random.default_rng(seed)
         if power == 1.0:
             # WebGym's rule: power 1.0 means uniform, not weights (rank + 1) ** 1.
@@ -926,9 +926,9 @@ class ReplayBuffer(Dataset):
             ValueError: ``world_size < 1`` or ``rank`` outside ``[0, world_size)``.
         """
         if int(world_size) != world_size or world_size < 1:
-            raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
+            raise ArgumentError(f"world_size must be an integer >= 1, got {world_size!r}")
         if int(rank) != rank or not 0 <= rank < world_size:
-            raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+            raise ArgumentError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
         return Subset(self, range(int(rank), len(self), int(world_size)))
 
 
@@ -952,9 +952,9 @@ def _check_options(capacity: int | None, success_threshold: float) -> None:
     if capacity is not None and (
         isinstance(capacity, bool) or int(capacity) != capacity or capacity < 1
     ):
-        raise ValueError(f"capacity must be None or an integer >= 1, got {capacity!r}")
+        raise ArgumentError(f"capacity must be None or an integer >= 1, got {capacity!r}")
     if not math.isfinite(float(success_threshold)):
-        raise ValueError(f"success_threshold must be finite, got {success_threshold!r}")
+        raise ArgumentError(f"success_threshold must be finite, got {success_threshold!r}")
 
 
 TrajectoryBuffer = ReplayBuffer

@@ -38,7 +38,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from replaystore.errors import ImageError, SchemaError, TrajectoryError
+from replaystore.errors import ArgumentError, ImageError, SchemaError, TrajectoryError
 from replaystore.images import image_to_data_url, image_to_file_url
 from replaystore.trajectories.components import Observation, Step, Task
 from replaystore.trajectories.response_decomposer import get_action_string
@@ -89,11 +89,11 @@ class ConversationBuilder:
         include_ac_tree: bool = True,
     ) -> None:
         if not isinstance(history_window, int) or history_window < 0:
-            raise ValueError(f"history_window must be an int >= 0, got {history_window!r}")
+            raise ArgumentError(f"history_window must be an int >= 0, got {history_window!r}")
         if image_format not in ("file", "base64"):
-            raise ValueError(f"image_format must be 'file' or 'base64', got {image_format!r}")
+            raise ArgumentError(f"image_format must be 'file' or 'base64', got {image_format!r}")
         if not isinstance(max_ac_tree_chars, int) or max_ac_tree_chars < 0:
-            raise ValueError(f"max_ac_tree_chars must be an int >= 0, got {max_ac_tree_chars!r}")
+            raise ArgumentError(f"max_ac_tree_chars must be an int >= 0, got {max_ac_tree_chars!r}")
         self.system_prompt = system_prompt
         self.history_window = history_window
         self.image_format = image_format

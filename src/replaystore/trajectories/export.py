@@ -71,7 +71,7 @@ from typing import Any, Literal
 import numpy as np
 
 from replaystore.atomic import atomic_open, atomic_write_bytes, atomic_write_json
-from replaystore.errors import ExportError, ImageError
+from replaystore.errors import ArgumentError, ExportError, ImageError
 from replaystore.images import (
     EXTENSIONS,
     decode_data_url,
@@ -429,7 +429,7 @@ def dataset_info_entry(file_name: str, format: Format = "sharegpt") -> dict[str,
 
 def _check_format(fmt: str) -> None:
     if fmt not in _ROLE_NAMES:
-        raise ValueError(f"format must be 'sharegpt' or 'openai', got {fmt!r}")
+        raise ArgumentError(f"format must be 'sharegpt' or 'openai', got {fmt!r}")
 
 
 def _write_records(path: Path, records: Sequence[Mapping[str, Any]], file_format: str) -> None:
@@ -517,18 +517,20 @@ def export_llamafactory(
     """
     _check_format(format)
     if file_format not in ("json", "jsonl"):
-        raise ValueError(f"file_format must be 'json' or 'jsonl', got {file_format!r}")
+        raise ArgumentError(f"file_format must be 'json' or 'jsonl', got {file_format!r}")
     if on_error not in ("raise", "skip"):
-        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        raise ArgumentError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if not 0.0 <= val_ratio < 1.0:
-        raise ValueError(f"val_ratio must be in [0, 1), got {val_ratio!r}")
+        raise ArgumentError(f"val_ratio must be in [0, 1), got {val_ratio!r}")
     if not dataset_name or any(c in dataset_name for c in "/\\\0"):
-        raise ValueError(f"dataset_name must be a non-empty file name stem, got {dataset_name!r}")
+        raise ArgumentError(
+            f"dataset_name must be a non-empty file name stem, got {dataset_name!r}"
+        )
     confined: Path | None = None
     if image_root is not None:
         confined = Path(os.path.realpath(image_root))
         if not confined.is_dir():
-            raise ValueError(f"image_root must be an existing directory, got {image_root!r}")
+            raise ArgumentError(f"image_root must be an existing directory, got {image_root!r}")
     root = Path(out_dir).absolute()
     info_path = root / "dataset_info.json"
     info = _read_dataset_info(info_path)

@@ -30,6 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from numpy.typing import NDArray
 
+from replaystore.errors import ArgumentError
+
 __all__ = [
     "ScreenshotFingerprinter",
     "default_fingerprinter",
@@ -76,7 +78,7 @@ class ScreenshotFingerprinter:
 
     def __init__(self, max_entries: int = 200_000, workers: int | None = None) -> None:
         if max_entries < 1:
-            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+            raise ArgumentError(f"max_entries must be >= 1, got {max_entries}")
         self.max_entries = int(max_entries)
         self.workers = int(workers) if workers is not None else min(4, os.cpu_count() or 1)
         self.missing = 0

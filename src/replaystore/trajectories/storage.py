@@ -67,7 +67,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from replaystore.atomic import atomic_open, fsync_dir
-from replaystore.errors import SchemaError, StorageError, TrajectoryError
+from replaystore.errors import ArgumentError, SchemaError, StorageError, TrajectoryError
 from replaystore.trajectories.components import step_from_dict, step_to_dict
 from replaystore.trajectories.index import (
     SAME_KEY,
@@ -321,9 +321,9 @@ class TrajectoryStorage:
         if iteration is None:
             iteration = self.next_iteration()
         if int(iteration) != iteration or iteration < 1:
-            raise ValueError(f"iteration must be an integer >= 1, got {iteration!r}")
+            raise ArgumentError(f"iteration must be an integer >= 1, got {iteration!r}")
         if rank is not None and (int(rank) != rank or rank < 0):
-            raise ValueError(f"rank must be None or an integer >= 0, got {rank!r}")
+            raise ArgumentError(f"rank must be None or an integer >= 0, got {rank!r}")
         iteration = int(iteration)
         rank = None if rank is None else int(rank)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -822,7 +822,7 @@ class TrajectoryStorage:
             ValueError: ``keep_last_n`` is not an integer >= 0.
         """
         if int(keep_last_n) != keep_last_n or keep_last_n < 0:
-            raise ValueError(f"keep_last_n must be an integer >= 0, got {keep_last_n!r}")
+            raise ArgumentError(f"keep_last_n must be an integer >= 0, got {keep_last_n!r}")
         its = self.iterations()
         doomed = set(its[: max(0, len(its) - int(keep_last_n))])
         removed = []

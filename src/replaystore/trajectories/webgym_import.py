@@ -62,7 +62,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from replaystore.errors import SchemaError, StorageError, TrajectoryError, UnsafeFileError
+from replaystore.errors import (
+    ArgumentError,
+    SchemaError,
+    StorageError,
+    TrajectoryError,
+    UnsafeFileError,
+)
 from replaystore.trajectories import components
 
 if TYPE_CHECKING:
@@ -116,10 +122,10 @@ class ImportLimits:
         for name in ("max_bytes", "max_elements"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"ImportLimits.{name} must be an integer >= 1, got {value!r}")
+                raise ArgumentError(f"ImportLimits.{name} must be an integer >= 1, got {value!r}")
         value = self.max_expansion
         if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 1:
-            raise ValueError(f"ImportLimits.max_expansion must be a number >= 1, got {value!r}")
+            raise ArgumentError(f"ImportLimits.max_expansion must be a number >= 1, got {value!r}")
 
 
 #: The limits used when none are given.
