@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -223,3 +224,68 @@ def test_batching_writer_checks_its_arguments() -> None:
         BatchingWriter(object(), max_in_flight=0)
     with pytest.raises(ArgumentError, match="target"):
         BatchingWriter(object())
+
+
+@pytest.mark.slow
+def test_trajectory_storage_and_buffer_hosted_remotely_match_local(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from replaystore.errors import TrajectoryError
+    from replaystore.trajectories import (
+        Action,
+        Observation,
+        Response,
+        Reward,
+        Task,
+        TrajectoryStorage,
+    )
+    from replaystore.trajectories import ReplayBuffer as TrajectoryBuffer
+
+    task = Task("Find the hours", "shopping", "stores", "http://shop.localhost", 1, None, "9-5")
+    images = []
+    for i, color in enumerate(["red", "blue", "red"]):
+        Image.new("RGB", (32, 24), color).save(tmp_path / f"s{i}.png")
+        images.append(str(tmp_path / f"s{i}.png"))
+
+    prompt = json.dumps([{"role": "user", "content": task.task_name}])
+
+    def trajectory(final: float | None) -> list[dict[str, Any]]:
+        return [
+            {
+                "observation": Observation(task, image, None),
+                "action": Action({"key": "click"}, "click [1]"),
+                "response": Response("Action: click [1]", None, raw_prompt=prompt),
+                "reward": Reward(final if i == 2 else 0.0, None, submit=i == 2),
+            }
+            for i, image in enumerate(images)
+        ]
+
+    trajectories = [trajectory(1.0), trajectory(0.0), trajectory(1.0)]
+    local_store = TrajectoryStorage(tmp_path / "local")
+    remote_store = RemoteBuffer.create(TrajectoryStorage, tmp_path / "remote")
+    local = TrajectoryBuffer(trajectories, filter_successful_only=True, seed=0)
+    remote = RemoteBuffer.create(
+        TrajectoryBuffer, trajectories, filter_successful_only=True, seed=0
+    )
+    try:
+        local_file = local_store.save_iteration(1, trajectories, rank=0)
+        remote_file = remote_store.save_iteration(1, trajectories, rank=0)
+        assert Path(remote_file).name == Path(local_file).name
+        want, got = local_store.stats(), remote_store.stats()
+        assert got["root"] == str(tmp_path / "remote")
+        assert {k: v for k, v in got.items() if k != "root"} == {
+            k: v for k, v in want.items() if k != "root"
+        }
+        assert got["total_trajectories"] == 3 and got["successful_trajectories"] == 2
+        # A None final reward is refused on the actor with the caller's error type.
+        assert isinstance(
+            _both(local_store, remote_store, "save_iteration", 2, [trajectory(None)]),
+            TrajectoryError,
+        )
+        assert len(remote) == len(local) == 6
+        assert remote.stats.as_dict() == local.stats.as_dict()
+        assert remote.validate() == local.validate()
+        assert isinstance(_both(local, remote, "get_training_samples", -1), ArgumentError)
+    finally:
+        remote.terminate()
+        remote_store.terminate()
