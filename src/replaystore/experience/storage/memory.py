@@ -82,10 +82,7 @@ class RowIndex:
         return len(self.rows)
 
     def insert(self, seq: int, row: DataRow) -> None:
-        """Add a validated row under sequence number ``seq``.
-
-        ``InMemoryStorage.add`` holds an inlined copy of this body: change both.
-        """
+        """Add a validated row under sequence number ``seq``."""
         meta = row.exp_meta
         tid = meta.task_id
         self.rows[seq] = row
@@ -403,36 +400,7 @@ class InMemoryStorage(Storage):
             if row_id in ids:
                 raise SchemaError(f"row id {row_id!r} is already stored")
             seq = self._next_seq
-            # RowIndex.insert(seq, snapshot), inlined (a tenth of a one-row store);
-            # test_in_memory_add_is_add_batch_of_one_row holds the two equal.
-            meta = snapshot.exp_meta
-            tid = meta.task_id
-            index.rows[seq] = snapshot
-            ids[row_id] = seq
-            seqs = index.tasks.get(tid)
-            if seqs is None:
-                seqs = index.tasks[tid] = deque()
-                index.task_first[tid] = seq
-                if index.eviction == "task":
-                    index.task_order.append((tid, seq))
-            seqs.append(seq)
-            if index.eviction == "row":
-                index.row_order.append(seq)
-            by_field = index.index
-            by_task = by_field["agent_id"].get(meta.agent_id)
-            if by_task is None:
-                by_task = by_field["agent_id"][meta.agent_id] = {}
-            task_seqs = by_task.get(tid)
-            if task_seqs is None:
-                task_seqs = by_task[tid] = {}
-            task_seqs[seq] = None
-            by_task = by_field["task_name"].get(meta.task_name)
-            if by_task is None:
-                by_task = by_field["task_name"][meta.task_name] = {}
-            task_seqs = by_task.get(tid)
-            if task_seqs is None:
-                task_seqs = by_task[tid] = {}
-            task_seqs[seq] = None
+            index.insert(seq, snapshot)
             self._given[seq] = given
             self._next_seq = seq + 1
             if index.max_capacity is not None and len(index.rows) > index.max_capacity:
