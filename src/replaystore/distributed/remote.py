@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -289,8 +290,22 @@ class RemoteBuffer:
         return self._actor.call.remote(name, args, {})
 
     def terminate(self) -> None:
-        """Kill the actor now (its buffer is lost unless saved); detached ones too."""
-        import_ray().kill(self._actor, no_restart=True)
+        """Kill the actor (its buffer is lost unless saved); detached ones too.
+
+        Returns once the actor is gone (``ray.kill`` alone is asynchronous, so a
+        call right after it could still reach the actor), or after 30 s.
+        """
+        ray = import_ray()
+        ray.kill(self._actor, no_restart=True)
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline:
+            try:
+                ray.get(self._actor.__ray_ready__.remote(), timeout=5.0)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+                return
+            except ray.exceptions.GetTimeoutError:
+                continue
+            time.sleep(0.01)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if isinstance(getattr(type(self), name, None), property):
