@@ -67,9 +67,17 @@ __all__ = ["SqliteStorage"]
 
 log = logging.getLogger("replaystore.experience.sqlite")
 
+FORMAT = 2
+"""The file format this version writes (``stats.format``); older files are migrated on open.
+
+1: ``rows.seq`` AUTOINCREMENT, ``tasks.n_rows`` and ``stats.n_rows`` counters, all
+updated by every commit. 2: none of them; ``stats`` holds ``high_water`` and
+``dead``, changed only when rows are deleted (see :class:`SqliteStorage`).
+"""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
     task_id TEXT NOT NULL,
     task_name TEXT,
@@ -82,9 +90,8 @@ CREATE TABLE IF NOT EXISTS rows (
 CREATE INDEX IF NOT EXISTS rows_task ON rows (task_id, seq);
 CREATE TABLE IF NOT EXISTS tasks (
     task_id TEXT PRIMARY KEY,
-    first_seq INTEGER NOT NULL,
-    n_rows INTEGER NOT NULL
-);
+    first_seq INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS tasks_first ON tasks (first_seq);
 CREATE TABLE IF NOT EXISTS task_keys (
     field TEXT NOT NULL,
@@ -97,9 +104,11 @@ CREATE INDEX IF NOT EXISTS task_keys_task ON task_keys (task_id);
 CREATE TABLE IF NOT EXISTS stats (
     key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
-);
-INSERT OR IGNORE INTO stats (key, value) VALUES ('n_rows', 0);
+) WITHOUT ROWID
 """
+_STATS = (
+    "INSERT OR IGNORE INTO stats (key, value) VALUES ('format', ?), ('high_water', ?), ('dead', ?)"
+)
 
 # Metadata fields recorded per task in ``task_keys`` (see the module docstring).
 _KEYED = ("agent_id", "task_name")
@@ -112,16 +121,55 @@ _KEY_INSERT_TWO = (  # the two keys of a one-row store (agent and task name), on
     "SELECT ?, ?, first_seq, task_id FROM tasks WHERE task_id = ? "
     "UNION ALL SELECT ?, ?, first_seq, task_id FROM tasks WHERE task_id = ?"
 )
-_TASK_UPSERT = (
-    "INSERT INTO tasks (task_id, first_seq, n_rows) VALUES (?, ?, ?) "
-    "ON CONFLICT (task_id) DO UPDATE SET n_rows = n_rows + excluded.n_rows"
+_TASK_INSERT = "INSERT OR IGNORE INTO tasks (task_id, first_seq) VALUES (?, ?)"
+# Sequence numbers handed out so far: every seq up to this one has been used (by a
+# row stored now or deleted since), so the next row gets this plus one.
+_ASSIGNED = (
+    "SELECT max(coalesce((SELECT max(seq) FROM rows), 0), value) FROM stats "
+    "WHERE key = 'high_water'"
 )
 _SYNCHRONOUS = ("NORMAL", "FULL")
 
 _COLUMNS = "seq, id, " + ", ".join(META_FIELDS) + ", data"
 _INSERT = (
-    "INSERT INTO rows (id, " + ", ".join(META_FIELDS) + ", data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO rows (seq, id, " + ", ".join(META_FIELDS) + ", data) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# One row, its seq worked out in the same statement (one round trip fewer).
+_INSERT_NEXT = (
+    "INSERT INTO rows (seq, id, " + ", ".join(META_FIELDS) + ", data) "
+    f"SELECT ({_ASSIGNED}) + 1, ?, ?, ?, ?, ?, ?, ?, ?"
+)
+# One-row stores insert into this per-connection view; its trigger stores the row
+# (seq worked out in SQL), its task and its keys. One statement, so an unbounded
+# store commits it on its own: no BEGIN and COMMIT round trips, no Python between
+# the three inserts. Temporary objects: they live in this connection, not the file.
+_ROW_VIEW = (
+    "CREATE TEMP VIEW IF NOT EXISTS rows_in AS SELECT id, "
+    + ", ".join(META_FIELDS)
+    + ", data FROM main.rows"
+)
+_ROW_TRIGGER = f"""
+CREATE TEMP TRIGGER IF NOT EXISTS rows_in_insert INSTEAD OF INSERT ON rows_in BEGIN
+    INSERT INTO rows (seq, id, {", ".join(META_FIELDS)}, data)
+        SELECT ({_ASSIGNED}) + 1, NEW.id, {", ".join("NEW." + f for f in META_FIELDS)}, NEW.data;
+    INSERT OR IGNORE INTO tasks (task_id, first_seq) VALUES (NEW.task_id, last_insert_rowid());
+    INSERT OR IGNORE INTO task_keys (field, value, first_seq, task_id)
+        SELECT 'agent_id', NEW.agent_id, first_seq, task_id FROM tasks
+        WHERE task_id = NEW.task_id AND NEW.agent_id IS NOT NULL
+        UNION ALL
+        SELECT 'task_name', NEW.task_name, first_seq, task_id FROM tasks
+        WHERE task_id = NEW.task_id AND NEW.task_name IS NOT NULL;
+END
+"""
+_INSERT_ONE = "INSERT INTO rows_in VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+# WAL pages before a connection checkpoints on commit (SQLite's default is 1000,
+# 4 MiB). A checkpoint fsyncs the log and the file; every 8192 pages (32 MiB)
+# instead of every 1000 makes a one-row commit about a sixth cheaper, and each
+# checkpoint writes a page that many commits touched once. The log file stays
+# at that size afterwards (it is reused, not regrown).
+_WAL_AUTOCHECKPOINT = 8192
+
 _CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
 
 # Connections inherited through fork(). They must never be used or closed in the
@@ -327,14 +375,12 @@ class SqliteStorage(Storage):
                         f"{self.path} has a 'rows' table that is not a replaystore "
                         f"experience table (columns {columns})"
                     )
-                had_keys = conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'task_keys'"
-                ).fetchone()
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
+                if columns:
+                    self._upgrade(conn)  # no-op for a file of this version's format
+                else:
+                    for statement in _SCHEMA.split(";"):
                         conn.execute(statement)
-                if columns and not had_keys:  # a file written before task_keys existed
-                    self._rebuild_keys(conn, None)
+                    conn.execute(_STATS, (FORMAT, 0, 0))
                 conn.execute("COMMIT")
                 break
             except sqlite3.OperationalError as exc:
@@ -353,6 +399,9 @@ class SqliteStorage(Storage):
                 raise StorageError(f"{self.path} is not a usable SQLite store: {exc}") from exc
         if str(mode).lower() != "wal":
             log.warning("%s: journal_mode is %s, not WAL", self.path, mode)
+        conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_AUTOCHECKPOINT}")
+        conn.execute(_ROW_VIEW)
+        conn.execute(_ROW_TRIGGER)
         self._conn = conn
         return conn
 
@@ -405,7 +454,25 @@ class SqliteStorage(Storage):
     # ------------------------------------------------------------------ writing
 
     def add(self, data: DataRow) -> None:
-        self.add_batch([data], _where="data")
+        # add_batch([data]) in one statement: the INSERT into the rows_in view runs
+        # the three inserts in SQLite (see _ROW_TRIGGER). Unbounded, it is its own
+        # transaction; with a capacity the eviction joins it in one.
+        p = encode_records((data,), "data")[0]
+        with self._guard():
+            conn = self._conn or self._connect()
+            try:
+                if self.max_capacity is None:
+                    conn.execute(_INSERT_ONE, p)
+                    return
+                with self._write() as conn:
+                    conn.execute(_INSERT_ONE, p)
+                    self._enforce_capacity(conn)
+            except sqlite3.IntegrityError as exc:  # the only constraint a valid row can fail
+                raise SchemaError(f"row id {p[0]!r} is already stored; row not stored") from exc
+            except sqlite3.DatabaseError as exc:
+                if _is_damage(exc):
+                    raise _damaged(self.path, exc) from exc
+                raise
 
     def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
         params = encode_records(data_batch, _where)
@@ -421,44 +488,32 @@ class SqliteStorage(Storage):
                     )
                 seen.add(row_id)
         # Task bookkeeping, worked out before taking the write lock: per task the
-        # offset of its first row in the batch and its row count; the distinct
-        # (field, value, task) keys of the batch.
-        counts: dict[str, list[int]] = {}
+        # offset of its first row in the batch; the distinct (field, value, task)
+        # keys of the batch.
+        firsts: dict[str, int] = {}
         keys: dict[tuple[str, str, str], None] = {}
         for offset, p in enumerate(params):
             tid = p[1]
-            entry = counts.get(tid)
-            if entry is None:
-                counts[tid] = [offset, 1]
-            else:
-                entry[1] += 1
+            if tid not in firsts:
+                firsts[tid] = offset
             if p[3] is not None:
                 keys["agent_id", p[3], tid] = None
             if p[2] is not None:
                 keys["task_name", p[2], tid] = None
         with self._write() as conn:
-            first = 2**63 - 1  # rows stored before this batch have seqs below ``first``
+            # Rows stored before this batch have seqs below ``first``.
+            first = int(conn.execute(_ASSIGNED).fetchone()[0]) + 1
             try:
-                if len(params) == 1:
-                    first = int(conn.execute(_INSERT, params[0]).lastrowid or 0)
-                else:
-                    before = conn.execute(
-                        "SELECT seq FROM sqlite_sequence WHERE name = 'rows'"
-                    ).fetchone()
-                    first = (before[0] if before else 0) + 1
-                    conn.executemany(_INSERT, params)
+                conn.executemany(_INSERT, [(first + i, *p) for i, p in enumerate(params)])
             except sqlite3.IntegrityError as exc:
                 raise SchemaError(f"{self._duplicate(conn, ids, first)}; batch not stored") from exc
-            tasks = [(tid, first + offset, n) for tid, (offset, n) in counts.items()]
-            if len(tasks) == 1:  # one-row stores: plain executes cost less than executemany
-                conn.execute(_TASK_UPSERT, tasks[0])
+            tasks = [(tid, first + offset) for tid, offset in firsts.items()]
+            if len(tasks) == 1:  # small batches: a plain execute costs less than executemany
+                conn.execute(_TASK_INSERT, tasks[0])
             else:
-                conn.executemany(_TASK_UPSERT, tasks)
-            if len(keys) == 2:
-                conn.execute(_KEY_INSERT_TWO, [v for key in keys for v in key])
-            elif keys:
+                conn.executemany(_TASK_INSERT, tasks)
+            if keys:
                 conn.executemany(_KEY_INSERT, list(keys))
-            conn.execute("UPDATE stats SET value = value + ? WHERE key = 'n_rows'", (len(params),))
             if self.max_capacity is not None:
                 self._enforce_capacity(conn)
 
@@ -488,66 +543,150 @@ class SqliteStorage(Storage):
                 [field, *params],
             )
 
-    def _count(self, conn: sqlite3.Connection) -> int:
-        return int(conn.execute("SELECT value FROM stats WHERE key = 'n_rows'").fetchone()[0])
+    @staticmethod
+    def _count(conn: sqlite3.Connection) -> int:
+        """Rows stored: seqs handed out minus seqs deleted (two index lookups, O(log n))."""
+        sql = f"SELECT ({_ASSIGNED}) - (SELECT value FROM stats WHERE key = 'dead')"
+        return int(conn.execute(sql).fetchone()[0])
+
+    @staticmethod
+    def _deleting(conn: sqlite3.Connection) -> None:
+        """Record the seqs handed out so far, before a delete that may take the newest row.
+
+        The next seq is the largest of ``max(seq)`` and ``high_water``, plus one:
+        seqs are never reused, so every seq up to that point is a stored row or
+        one counted in ``dead``, and :meth:`_count` is exact.
+        """
+        conn.execute(
+            "UPDATE stats SET value = max(value, coalesce((SELECT max(seq) FROM rows), 0)) "
+            "WHERE key = 'high_water'"
+        )
+
+    @staticmethod
+    def _deleted(conn: sqlite3.Connection, n: int) -> None:
+        if n:
+            conn.execute("UPDATE stats SET value = value + ? WHERE key = 'dead'", (n,))
 
     def _enforce_capacity(self, conn: sqlite3.Connection) -> None:
         cap = self.max_capacity
         if cap is None:
             return
         total = self._count(conn)
+        if total <= cap:
+            return
+        self._deleting(conn)
         removed = 0
         while total - removed > cap:
             excess = total - removed - cap
             if self.eviction == "row":
                 doomed = conn.execute(
-                    "SELECT task_id, count(*), max(seq) FROM "
+                    "SELECT task_id, max(seq) FROM "
                     "(SELECT task_id, seq FROM rows ORDER BY seq LIMIT ?) GROUP BY task_id",
                     (excess,),
                 ).fetchall()
-                cut = max(s for _, _, s in doomed)
-                conn.execute("DELETE FROM rows WHERE seq <= ?", (cut,))
-                for tid, n, _ in doomed:
-                    self._shrink_task(conn, tid, n)
-                removed += sum(n for _, n, _ in doomed)
+                cut = max(s for _, s in doomed)
+                removed += conn.execute("DELETE FROM rows WHERE seq <= ?", (cut,)).rowcount
+                for tid, _ in doomed:
+                    self._shrink_task(conn, tid)
                 continue
-            oldest = conn.execute(
-                "SELECT task_id, n_rows FROM tasks ORDER BY first_seq LIMIT 2"
-            ).fetchall()
-            tid, n = oldest[0]
+            oldest = conn.execute("SELECT task_id FROM tasks ORDER BY first_seq LIMIT 2").fetchall()
+            tid = oldest[0][0]
             if len(oldest) > 1:
-                conn.execute("DELETE FROM rows WHERE task_id = ?", (tid,))
+                removed += conn.execute("DELETE FROM rows WHERE task_id = ?", (tid,)).rowcount
                 conn.execute("DELETE FROM tasks WHERE task_id = ?", (tid,))
                 conn.execute("DELETE FROM task_keys WHERE task_id = ?", (tid,))
-                removed += n
             else:  # one task alone exceeds the capacity: keep its newest rows
-                conn.execute(
+                removed += conn.execute(
                     "DELETE FROM rows WHERE seq IN "
                     "(SELECT seq FROM rows WHERE task_id = ? ORDER BY seq LIMIT ?)",
                     (tid, excess),
-                )
-                self._shrink_task(conn, tid, excess)
-                removed += excess
-        if removed:
-            conn.execute("UPDATE stats SET value = value - ? WHERE key = 'n_rows'", (removed,))
+                ).rowcount
+                self._shrink_task(conn, tid)
+        self._deleted(conn, removed)
 
     @staticmethod
-    def _shrink_task(conn: sqlite3.Connection, task_id: str, n: int) -> None:
-        left = conn.execute("SELECT min(seq) FROM rows WHERE task_id = ?", (task_id,)).fetchone()[0]
+    def _shrink_task(conn: sqlite3.Connection, task_id: str) -> None:
+        """Drop the task's bookkeeping if none of its rows is left, else re-derive its keys."""
+        left = conn.execute("SELECT 1 FROM rows WHERE task_id = ? LIMIT 1", (task_id,)).fetchone()
         if left is None:
             conn.execute("DELETE FROM tasks WHERE task_id = ?", (task_id,))
             conn.execute("DELETE FROM task_keys WHERE task_id = ?", (task_id,))
         else:
             # first_seq stays the task's first row ever: tasks keep their age order.
-            conn.execute("UPDATE tasks SET n_rows = n_rows - ? WHERE task_id = ?", (n, task_id))
             SqliteStorage._rebuild_keys(conn, task_id)  # its agents/names may be gone
 
     def clear(self) -> None:
         with self._write() as conn:
-            conn.execute("DELETE FROM rows")
+            self._deleting(conn)
+            self._deleted(conn, conn.execute("DELETE FROM rows").rowcount)
             conn.execute("DELETE FROM tasks")
             conn.execute("DELETE FROM task_keys")
-            conn.execute("UPDATE stats SET value = 0 WHERE key = 'n_rows'")
+
+    def _upgrade(self, conn: sqlite3.Connection) -> None:
+        """Bring an existing file to :data:`FORMAT`, inside the caller's write transaction.
+
+        Format 1 (or a file with no ``stats`` row ``format``) is rewritten: the
+        ``rows`` table is copied into one without AUTOINCREMENT (same seqs), the
+        ``tasks`` table without ``n_rows``, ``task_keys`` built if missing, and the
+        counters turned into ``high_water``/``dead``. One transaction: a crash
+        leaves the old file as it was. Costs a copy of the table (seconds per
+        million rows), once. A file of a newer format is refused.
+        """
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        fmt = 1
+        if "stats" in tables:
+            found = conn.execute("SELECT value FROM stats WHERE key = 'format'").fetchone()
+            fmt = int(found[0]) if found else 1
+        if fmt == FORMAT:
+            if "task_keys" not in tables:  # dropped by hand: derived data, rebuilt
+                for statement in _SCHEMA.split(";"):
+                    conn.execute(statement)
+                self._rebuild_keys(conn, None)
+            return
+        if fmt > FORMAT:
+            raise StorageError(
+                f"{self.path} is an experience store of format {fmt}, written by a newer "
+                f"replaystore (this one reads format {FORMAT}); upgrade replaystore to open it"
+            )
+        start = time.perf_counter()
+        assigned = int(conn.execute("SELECT coalesce(max(seq), 0) FROM rows").fetchone()[0])
+        if "sqlite_sequence" in tables:  # AUTOINCREMENT's counter: seqs of deleted rows too
+            found = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'rows'").fetchone()
+            assigned = max(assigned, int(found[0]) if found else 0)
+        live = int(conn.execute("SELECT count(*) FROM rows").fetchone()[0])
+        for index in ("rows_task", "tasks_first"):  # their names are reused by the new tables
+            conn.execute(f"DROP INDEX IF EXISTS {index}")
+        conn.execute("ALTER TABLE rows RENAME TO rows_format1")
+        if "tasks" in tables:
+            conn.execute("ALTER TABLE tasks RENAME TO tasks_format1")
+        conn.execute("DROP TABLE IF EXISTS stats")  # its counters are recomputed above
+        for statement in _SCHEMA.split(";"):
+            conn.execute(statement)
+        cols = "seq, id, " + ", ".join(META_FIELDS) + ", data"
+        conn.execute(f"INSERT INTO rows ({cols}) SELECT {cols} FROM rows_format1 ORDER BY seq")
+        if "tasks" in tables:
+            conn.execute(
+                "INSERT INTO tasks (task_id, first_seq) "
+                "SELECT task_id, first_seq FROM tasks_format1"
+            )
+            conn.execute("DROP TABLE tasks_format1")
+        else:
+            conn.execute(
+                "INSERT INTO tasks (task_id, first_seq) "
+                "SELECT task_id, min(seq) FROM rows GROUP BY task_id"
+            )
+        conn.execute("DROP TABLE rows_format1")
+        if "task_keys" not in tables:
+            self._rebuild_keys(conn, None)
+        conn.execute(_STATS, (FORMAT, assigned, assigned - live))
+        log.info(
+            "%s: experience store upgraded from format %d to %d (%d rows, %.1f s)",
+            self.path,
+            fmt,
+            FORMAT,
+            live,
+            time.perf_counter() - start,
+        )
 
     # ------------------------------------------------------------------ reading
 
