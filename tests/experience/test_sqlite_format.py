@@ -1,0 +1,262 @@
+"""SQLite experience store file format 2: counters, seqs, the upgrade of format 1 files.
+
+Format 1 (replaystore before format 2) kept an AUTOINCREMENT ``rows.seq`` and two
+counters (``tasks.n_rows``, ``stats.n_rows``) that every commit rewrote. Format 2
+has none of them: ``size()`` is seqs handed out minus ``stats.dead``. The format 1
+writer below is that version's schema and statements, frozen here as the fixture.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replaystore.errors import StorageError
+from replaystore.experience import DataRow, Experience, ExpMeta, InMemoryStorage, SqliteStorage
+from replaystore.experience.storage.sqlite import FORMAT
+
+FORMAT1_SCHEMA = """
+CREATE TABLE rows (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    task_id TEXT NOT NULL,
+    task_name TEXT,
+    agent_id TEXT,
+    step INTEGER NOT NULL,
+    execute_time REAL NOT NULL,
+    pre_agent TEXT,
+    data TEXT NOT NULL
+);
+CREATE INDEX rows_task ON rows (task_id, seq);
+CREATE TABLE tasks (task_id TEXT PRIMARY KEY, first_seq INTEGER NOT NULL, n_rows INTEGER NOT NULL);
+CREATE INDEX tasks_first ON tasks (first_seq);
+CREATE TABLE task_keys (
+    field TEXT NOT NULL,
+    value TEXT NOT NULL,
+    first_seq INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    PRIMARY KEY (field, value, first_seq, task_id)
+) WITHOUT ROWID;
+CREATE INDEX task_keys_task ON task_keys (task_id);
+CREATE TABLE stats (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO stats (key, value) VALUES ('n_rows', 0);
+"""
+
+
+def row(i: int, task: str, agent: str | None = "a0") -> DataRow:
+    return DataRow(ExpMeta(task, "nav", agent, i, float(i)), Experience(state={"i": i}), f"r{i}")
+
+
+def write_format1(path: Path, rows: list[DataRow], evict_tasks: tuple[str, ...] = ()) -> None:
+    """A format 1 store as that version wrote it: one commit per row, then task evictions."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.executescript(FORMAT1_SCHEMA)
+    for r in rows:
+        m = r.exp_meta
+        conn.execute("BEGIN IMMEDIATE")
+        seq = conn.execute(
+            "INSERT INTO rows (id, task_id, task_name, agent_id, step, execute_time, pre_agent, "
+            "data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (r.id, m.task_id, m.task_name, m.agent_id, m.step, m.execute_time, None, "{}"),
+        ).lastrowid
+        conn.execute(
+            "INSERT INTO tasks (task_id, first_seq, n_rows) VALUES (?, ?, 1) "
+            "ON CONFLICT (task_id) DO UPDATE SET n_rows = n_rows + 1",
+            (m.task_id, seq),
+        )
+        for field in ("agent_id", "task_name"):
+            value = getattr(m, field)
+            if value is not None:
+                conn.execute(
+                    "INSERT OR IGNORE INTO task_keys SELECT ?, ?, first_seq, task_id "
+                    "FROM tasks WHERE task_id = ?",
+                    (field, value, m.task_id),
+                )
+        conn.execute("UPDATE stats SET value = value + 1 WHERE key = 'n_rows'")
+        conn.execute("COMMIT")
+    for task in evict_tasks:
+        conn.execute("BEGIN IMMEDIATE")
+        n = conn.execute("DELETE FROM rows WHERE task_id = ?", (task,)).rowcount
+        conn.execute("DELETE FROM tasks WHERE task_id = ?", (task,))
+        conn.execute("DELETE FROM task_keys WHERE task_id = ?", (task,))
+        conn.execute("UPDATE stats SET value = value - ? WHERE key = 'n_rows'", (n,))
+        conn.execute("COMMIT")
+    conn.close()
+
+
+def table_columns(path: Path, table: str) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]
+
+
+def seqs_and_ids(path: Path) -> list[tuple[int, str]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT seq, id FROM rows ORDER BY seq").fetchall()
+
+
+def format1_file(tmp_path: Path) -> Path:
+    """Tasks t0..t3 of 5 rows each, interleaved so that t1 holds the newest row; t1 and t0
+    evicted: the newest seq (20) is gone, sqlite_sequence remembers it."""
+    rows = [row(i, f"t{i // 5}") for i in range(15)] + [row(15 + i, "t3") for i in range(4)]
+    rows.append(row(19, "t1", agent="a9"))
+    path = tmp_path / "format1.sqlite"
+    write_format1(path, rows, evict_tasks=("t1", "t0"))
+    return path
+
+
+def test_a_new_store_is_written_in_the_current_format(tmp_path):
+    store = SqliteStorage(tmp_path / "new.sqlite")
+    store.add(row(0, "t0"))
+    with store._read() as conn:
+        stats = dict(conn.execute("SELECT key, value FROM stats"))
+        has_sequence = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'"
+        ).fetchone()
+    assert stats == {"format": FORMAT, "high_water": 0, "dead": 0}
+    assert has_sequence is None  # no AUTOINCREMENT: no counter row rewritten per commit
+    assert table_columns(tmp_path / "new.sqlite", "tasks") == ["task_id", "first_seq"]
+
+
+def test_a_format1_file_is_upgraded_on_open_keeping_rows_seqs_order_and_counts(tmp_path, caplog):
+    path = format1_file(tmp_path)
+    before = seqs_and_ids(path)
+    assert [s for s, _ in before] == list(range(11, 20))  # t2 (11-15) and t3 (16-19) left
+    assert "n_rows" in table_columns(path, "tasks")
+
+    with caplog.at_level(logging.INFO, logger="replaystore.experience.sqlite"):
+        store = SqliteStorage(path)
+    assert "upgraded from format 1 to 2" in caplog.text
+    assert seqs_and_ids(path) == before
+    assert table_columns(path, "tasks") == ["task_id", "first_seq"]
+    assert store.size() == 9
+    assert store.task_ids() == ["t2", "t3"]
+    assert store.task_ids({"field": "exp_meta.agent_id", "op": "eq", "value": "a9"}) == []
+    assert store.integrity_check() == "ok"
+    with store._read() as conn:
+        leftover = "SELECT 1 FROM sqlite_master WHERE name LIKE '%format1'"
+        assert conn.execute(leftover).fetchone() is None
+        assert dict(conn.execute("SELECT key, value FROM stats")) == {
+            "format": 2,
+            "high_water": 20,  # AUTOINCREMENT had handed out 20 seqs; 11 are gone
+            "dead": 11,
+        }
+
+    # The next row gets seq 21, not 20 (the evicted newest row's): seqs are never reused.
+    store.add(row(20, "t4"))
+    assert seqs_and_ids(path)[-1] == (21, "r20")
+    assert store.size() == 10
+    assert store.task_ids() == ["t2", "t3", "t4"]
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="replaystore.experience.sqlite"):
+        assert SqliteStorage(path).size() == 10  # a second open changes nothing
+    assert "upgraded" not in caplog.text
+
+
+def test_a_format1_file_without_task_keys_gets_them_in_the_upgrade(tmp_path):
+    path = tmp_path / "older.sqlite"
+    write_format1(path, [row(i, f"t{i // 4}", agent=f"a{i // 8}") for i in range(16)])
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE task_keys")
+    store = SqliteStorage(path)
+    assert store.task_ids({"field": "exp_meta.agent_id", "op": "eq", "value": "a1"}) == ["t2", "t3"]
+    assert store.size() == 16
+
+
+def test_an_upgrade_killed_midway_leaves_the_format1_file_as_it_was(tmp_path):
+    path = tmp_path / "killed.sqlite"
+    write_format1(path, [row(i, f"t{i // 4}") for i in range(40)])
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE task_keys")  # so the upgrade calls _rebuild_keys, late in it
+    before = seqs_and_ids(path)
+    # The child dies (os._exit: no cleanup, no rollback) after the rows were copied into
+    # the new table and the old one dropped, inside the upgrade's transaction.
+    script = textwrap.dedent(
+        f"""
+        import os
+        from replaystore.experience.storage.sqlite import SqliteStorage
+        SqliteStorage._rebuild_keys = staticmethod(lambda conn, task_id: os._exit(7))
+        SqliteStorage({str(path)!r})
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    assert done.returncode == 7, done.stderr.decode()
+    assert "n_rows" in table_columns(path, "tasks")  # still format 1, whole
+    assert seqs_and_ids(path) == before
+    store = SqliteStorage(path)
+    assert store.size() == 40 and seqs_and_ids(path) == before
+    assert store.integrity_check() == "ok"
+
+
+def test_a_file_of_a_newer_format_is_refused_naming_it(tmp_path):
+    path = tmp_path / "newer.sqlite"
+    SqliteStorage(path).add(row(0, "t0"))
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE stats SET value = ? WHERE key = 'format'", (FORMAT + 1,))
+    with pytest.raises(StorageError, match=f"format {FORMAT + 1}.*newer replaystore"):
+        SqliteStorage(path)
+    with sqlite3.connect(path) as conn:  # refused, not touched
+        assert conn.execute("SELECT count(*) FROM rows").fetchone()[0] == 1
+
+
+# One operation on both stores: ("add", task, agent), ("batch", [(task, agent), ...]), ("clear",).
+_task = st.sampled_from(["t0", "t1", "t2", "t3"])
+_agent = st.sampled_from(["a0", "a1", None])
+_op = st.one_of(
+    st.tuples(st.just("add"), _task, _agent),
+    st.tuples(st.just("batch"), st.lists(st.tuples(_task, _agent), min_size=1, max_size=6)),
+    st.tuples(st.just("clear")),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    ops=st.lists(_op, min_size=1, max_size=14),
+    capacity=st.sampled_from([None, 1, 3, 7]),
+    eviction=st.sampled_from(["task", "row"]),
+)
+def test_size_ids_and_tasks_match_the_in_memory_store_and_seqs_are_never_reused(
+    ops, capacity, eviction
+):
+    memory = InMemoryStorage(capacity, eviction=eviction)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s.sqlite"
+        sqlite = SqliteStorage(path, capacity, eviction=eviction)
+        n = 0
+        highest = 0  # the largest seq ever seen
+        for op in ops:
+            if op[0] == "clear":
+                memory.clear()
+                sqlite.clear()
+                new_ids: set[str] = set()
+            else:
+                pairs = [op[1:]] if op[0] == "add" else op[1]
+                rows = [row(n + k, task, agent) for k, (task, agent) in enumerate(pairs)]
+                n += len(rows)
+                new_ids = {r.id for r in rows}
+                for store in (memory, sqlite):
+                    if op[0] == "add":
+                        store.add(rows[0])
+                    else:
+                        store.add_batch(rows)
+            assert sqlite.size() == memory.size()
+            assert [r.id for r in sqlite.get_all()] == [r.id for r in memory.get_all()]
+            assert sqlite.task_ids() == memory.task_ids()
+            for agent in ("a0", "a1"):
+                cond = {"field": "exp_meta.agent_id", "op": "eq", "value": agent}
+                assert sqlite.task_ids(cond) == memory.task_ids(cond)
+            stored = seqs_and_ids(path)
+            fresh = [s for s, i in stored if i in new_ids]
+            assert all(s > highest for s in fresh), (fresh, highest)
+            highest = max([highest, *fresh])
+        sqlite.close()
