@@ -260,3 +260,26 @@ def test_size_ids_and_tasks_match_the_in_memory_store_and_seqs_are_never_reused(
             assert all(s > highest for s in fresh), (fresh, highest)
             highest = max([highest, *fresh])
         sqlite.close()
+
+
+def test_stats_and_the_viewer_read_a_format1_file_without_upgrading_it(tmp_path, capsys):
+    import json
+
+    from replaystore.cli import main
+
+    path = format1_file(tmp_path)
+    with sqlite3.connect(path) as conn:  # a checkpointed file: no side files to compare
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = path.read_bytes()
+    assert main(["stats", "--json", str(path)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["rows"], summary["tasks"]) == (9, 2)
+
+    testclient = pytest.importorskip("starlette.testclient")
+    from replaystore.view import build_app
+
+    client = testclient.TestClient(build_app("sqlite_experience_store", path))
+    html = client.get("/").text
+    assert "9 rows in 2 tasks" in html
+    assert path.read_bytes() == before
+    assert "n_rows" in table_columns(path, "tasks")
