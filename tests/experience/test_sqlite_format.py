@@ -283,3 +283,43 @@ def test_stats_and_the_viewer_read_a_format1_file_without_upgrading_it(tmp_path,
     assert "9 rows in 2 tasks" in html
     assert path.read_bytes() == before
     assert "n_rows" in table_columns(path, "tasks")
+
+
+def _one_row_writer(path: str, writer: int, n: int, cap: int | None) -> None:
+    store = SqliteStorage(path, cap)
+    for i in range(n):
+        agent = f"a{(i // 5) % 3}"
+        store.add(row(writer * 100_000 + i, f"w{writer}-t{i // 5}", agent=agent))
+
+
+@pytest.mark.parametrize("cap", [None, 400])
+def test_one_row_stores_from_four_processes_keep_rows_tasks_keys_and_count_exact(tmp_path, cap):
+    import multiprocessing
+
+    path = tmp_path / "four.sqlite"
+    SqliteStorage(path, cap)
+    procs = [
+        multiprocessing.Process(target=_one_row_writer, args=(str(path), w, 250, cap))
+        for w in range(4)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    store = SqliteStorage(path, cap)
+    with store._read() as conn:
+        n, distinct = conn.execute("SELECT count(*), count(DISTINCT seq) FROM rows").fetchone()
+        # Each task's first_seq is its first row's seq; its keys are exactly its rows' values.
+        tasks = conn.execute("SELECT task_id, first_seq FROM tasks ORDER BY task_id").fetchall()
+        firsts = conn.execute(
+            "SELECT task_id, min(seq) FROM rows GROUP BY task_id ORDER BY task_id"
+        ).fetchall()
+        keys = set(conn.execute("SELECT field, value, task_id FROM task_keys"))
+        values = {("agent_id", a, t) for a, t in conn.execute("SELECT agent_id, task_id FROM rows")}
+        values |= {("task_name", "nav", t) for t, _ in firsts}
+    assert n == distinct == (1000 if cap is None else n) and store.size() == n
+    if cap is not None:
+        assert cap - 5 < n <= cap  # whole 5-row tasks evicted, oldest first
+    assert tasks == firsts and keys == values
+    assert store.integrity_check() == "ok"
