@@ -8,6 +8,7 @@ writer below is that version's schema and statements, frozen here as the fixture
 
 from __future__ import annotations
 
+import itertools
 import logging
 import sqlite3
 import subprocess
@@ -323,3 +324,35 @@ def test_one_row_stores_from_four_processes_keep_rows_tasks_keys_and_count_exact
         assert cap - 5 < n <= cap  # whole 5-row tasks evicted, oldest first
     assert tasks == firsts and keys == values
     assert store.integrity_check() == "ok"
+
+
+def _tables(path: Path) -> list[list[tuple]]:
+    with sqlite3.connect(path) as conn:
+        return [
+            sorted(conn.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
+            for table in ("rows", "tasks", "task_keys", "stats")
+        ]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(_task, _agent, st.sampled_from(["nav", None])), max_size=25),
+    cuts=st.lists(st.integers(0, 25), max_size=4),
+)
+def test_one_row_stores_write_exactly_what_batches_write(pairs, cuts):
+    # The one-row path (one statement, its trigger doing the bookkeeping) against add_batch.
+    rows = [
+        DataRow(ExpMeta(task, name, agent, i, float(i)), Experience(state={"i": i}), f"r{i}")
+        for i, (task, agent, name) in enumerate(pairs)
+    ]
+    bounds = sorted({0, len(rows), *(c for c in cuts if c < len(rows))})
+    with tempfile.TemporaryDirectory() as tmp:
+        one, many = Path(tmp) / "one.sqlite", Path(tmp) / "many.sqlite"
+        single, batched = SqliteStorage(one), SqliteStorage(many)
+        for r in rows:
+            single.add(r)
+        for lo, hi in itertools.pairwise(bounds):
+            batched.add_batch(rows[lo:hi])
+        single.close()
+        batched.close()
+        assert _tables(one) == _tables(many)
