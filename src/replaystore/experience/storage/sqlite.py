@@ -127,11 +127,6 @@ _KEY_INSERT = (
     "INSERT OR IGNORE INTO task_keys (field, value, first_seq, task_id) "
     "SELECT ?, ?, first_seq, task_id FROM tasks WHERE task_id = ?"
 )
-_KEY_INSERT_TWO = (  # the two keys of a one-row store (agent and task name), one statement
-    "INSERT OR IGNORE INTO task_keys (field, value, first_seq, task_id) "
-    "SELECT ?, ?, first_seq, task_id FROM tasks WHERE task_id = ? "
-    "UNION ALL SELECT ?, ?, first_seq, task_id FROM tasks WHERE task_id = ?"
-)
 _TASK_INSERT = "INSERT OR IGNORE INTO tasks (task_id, first_seq) VALUES (?, ?)"
 # Sequence numbers handed out so far: every seq up to this one has been used (by a
 # row stored now or deleted since), so the next row gets this plus one.
@@ -145,11 +140,6 @@ _COLUMNS = "seq, id, " + ", ".join(META_FIELDS) + ", data"
 _INSERT = (
     "INSERT INTO rows (seq, id, " + ", ".join(META_FIELDS) + ", data) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-# One row, its seq worked out in the same statement (one round trip fewer).
-_INSERT_NEXT = (
-    "INSERT INTO rows (seq, id, " + ", ".join(META_FIELDS) + ", data) "
-    f"SELECT ({_ASSIGNED}) + 1, ?, ?, ?, ?, ?, ?, ?, ?"
 )
 # One-row stores insert into this per-connection view; its trigger stores the row
 # (seq worked out in SQL), its task and its keys. One statement, so an unbounded
@@ -389,7 +379,12 @@ class SqliteStorage(Storage):
                         f"experience table (columns {columns})"
                     )
                 if columns:
-                    self._upgrade(conn)  # no-op for a file of this version's format
+                    try:
+                        self._upgrade(conn)  # no-op for a file of this version's format
+                    except StorageError:  # a newer format: leave it untouched
+                        conn.execute("ROLLBACK")
+                        conn.close()
+                        raise
                 else:
                     for statement in _SCHEMA.split(";"):
                         conn.execute(statement)
