@@ -17,7 +17,8 @@ In one run, on the same rows (20 steps per task, 8 agents, a ~250-byte JSON payl
   measured on a store whose state is built directly as n/2 adds leave it.
   At 1k and 10k rows every figure, ours and AWorld's, is the best of 5 fills of
   a fresh store after one warm-up fill (first-use costs and a shared machine's
-  pauses out); at 100k and 1M ours is the one scaling fill below.
+  pauses out); at 100k and 1M ours is the scaling fill below (the fastest of 3
+  fills to 1M rows).
 * **scaling per storage**: the cost per row of each 1,000-row chunk while one
   store fills to 1M rows (``--quick``: 10k), reported at 1k, 10k, 100k and 1M:
   a flat row means O(1) per row. Memory (``store``, ``store_batch(1000)``),
@@ -75,6 +76,7 @@ AGENTS = 8
 CHUNK = 1000
 REPEATS = 5  # fills to 1k and 10k rows: best of this many, after one warm-up fill
 SMALL = 10_000  # the largest size filled REPEATS times (and the one-row SQLite store's size)
+FULL_FILLS = 3  # in-memory fills to the top size; the fastest is reported
 SEED_MULTIPROC_1K_S = 12.4  # AWorld's multi-process store, 1,000 rows, one process (issue)
 SEED_SAMPLE_TASK_10K_MS = (80.0, 200.0)  # AWorld's sample_task with an eq condition, 10k rows
 
@@ -394,15 +396,19 @@ def run(quick: bool) -> str:
         # --- in-memory, ours: store and store_batch(1000), one fill each to `top`.
         scaling: dict[str, list[float]] = {}
         sample_ms: dict[str, float] = {}
+        # The fastest of FULL_FILLS fills is kept (a pause of the machine only adds time).
         for label, batch in (("memory store", 1), ("memory store_batch(1000)", 1000)):
-            gc.collect()
-            buf, scaling[label] = fill(stores.make("memory"), top, batch, rows)
-            if batch > 1:
-                sample_ms["memory"] = median_ms(
-                    lambda b=buf: b.sample_task(query_condition=cond, batch_size=32),
-                    sample_repeats,
-                )
-            del buf
+            for _ in range(FULL_FILLS):
+                gc.collect()
+                buf, times = fill(stores.make("memory"), top, batch, rows)
+                if label not in scaling or sum(times) < sum(scaling[label]):
+                    scaling[label] = times
+                if batch > 1 and "memory" not in sample_ms:
+                    sample_ms["memory"] = median_ms(
+                        lambda b=buf: b.sample_task(query_condition=cond, batch_size=32),
+                        sample_repeats,
+                    )
+                del buf
         # --- the small sizes again, ours: best of REPEATS fills each (see best_rate).
         ours: dict[tuple[int, int], float] = {}
         for n in repeated:
@@ -493,7 +499,8 @@ def run(quick: bool) -> str:
         "AWorld: its algorithm re-implemented in this script (not vendored); "
         "(est.) = n x the cost of one add at n/2 rows, its add being linear in the size. "
         f"Up to {SMALL:,} rows each cell (ours and AWorld's) is the best of {REPEATS} fills "
-        "after a warm-up fill; above, one fill (ours: the scaling fill below).",
+        "after a warm-up fill; above, ours is the scaling fill below (the fastest of "
+        f"{FULL_FILLS} fills to {top:,} rows).",
         "",
     ]
     scale_rows = []
