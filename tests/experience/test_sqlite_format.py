@@ -17,12 +17,14 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replaystore.errors import StorageError
 from replaystore.experience import DataRow, Experience, ExpMeta, InMemoryStorage, SqliteStorage
+from replaystore.experience.storage.base import choose
 from replaystore.experience.storage.sqlite import FORMAT
 
 FORMAT1_SCHEMA = """
@@ -356,3 +358,39 @@ def test_one_row_stores_write_exactly_what_batches_write(pairs, cuts):
         single.close()
         batched.close()
         assert _tables(one) == _tables(many)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(_task, _agent, st.sampled_from(["nav", "buy", None])), max_size=30),
+    capacity=st.sampled_from([None, 4, 9]),
+    eviction=st.sampled_from(["task", "row"]),
+    k=st.integers(0, 6),
+    seed=st.integers(0, 2**16),
+)
+def test_task_picks_through_first_seqs_equal_picks_over_every_task_id(
+    pairs, capacity, eviction, k, seed
+):
+    # The fast pick (first_seq values as one text, then the picked ids) against reading
+    # every matching id in age order and choosing from them with the same seed.
+    conditions = [
+        None,
+        {"field": "exp_meta.agent_id", "op": "eq", "value": "a1"},
+        {"field": "exp_meta.task_name", "op": "in_", "value": ["buy"]},
+        {"field": "task_id", "op": "eq", "value": "t2"},
+        {"field": "exp_meta.agent_id", "op": "in_", "value": []},
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SqliteStorage(Path(tmp) / "s.sqlite", capacity, eviction=eviction)
+        for i, (task, agent, name) in enumerate(pairs):
+            store.add(
+                DataRow(ExpMeta(task, name, agent, i, float(i)), Experience(state=i), f"r{i}")
+            )
+        with store._read() as conn:
+            for cond in conditions:
+                assert store._firsts_sql(cond) is not None
+                ids = store._task_ids(conn, cond)
+                slow = [ids[i] for i in choose(len(ids), k, np.random.default_rng(seed))]
+                fast = store._pick_task_ids(conn, k, cond, np.random.default_rng(seed))
+                assert fast == slow
+        store.close()

@@ -835,11 +835,48 @@ class SqliteStorage(Storage):
         )
         return sql, params
 
+    @staticmethod
+    def _firsts_sql(cond: Condition | None) -> tuple[str, list[Any]] | None:
+        """SQL giving ``first_seq`` once per task matching ``cond``, from an index alone.
+
+        For no condition and for one ``eq``/``in_`` value on ``task_id``,
+        ``agent_id`` or ``task_name``; ``None`` for anything else. A task's
+        ``first_seq`` is its own (seqs are never reused), so it names the task.
+        """
+        if cond is None:
+            return "SELECT first_seq FROM tasks", []
+        narrow = _task_filter(cond)
+        if narrow is None or not narrow[2] or " UNION " in narrow[0] or len(narrow[1]) > 2:
+            return None
+        return f"SELECT first_seq FROM ({narrow[0]})", narrow[1]
+
     def _pick_task_ids(
         self, conn: sqlite3.Connection, k: int, cond: Condition | None, rng: SeedLike
     ) -> list[str]:
-        ids = self._task_ids(conn, cond)
-        return [ids[i] for i in choose(len(ids), k, rng)]
+        """``k`` matching task ids (fewer if fewer match): ``choose`` over the tasks in age order.
+
+        Where :meth:`_firsts_sql` applies, SQLite returns the matching tasks'
+        ``first_seq`` values as one text (no Python object per task); only the
+        picked tasks' ids are read. Same picks as reading every id in age order.
+        """
+        firsts_sql = self._firsts_sql(cond)
+        if firsts_sql is None:
+            ids = self._task_ids(conn, cond)
+            return [ids[i] for i in choose(len(ids), k, rng)]
+        sql, params = firsts_sql
+        text = conn.execute(f"SELECT group_concat(first_seq) FROM ({sql})", params).fetchone()[0]
+        firsts = np.sort(np.fromstring(text, dtype=np.int64, sep=",")) if text else np.empty(0)
+        picked = firsts[choose(len(firsts), k, rng)].tolist()
+        by_first: dict[int, str] = {}
+        for start in range(0, len(picked), _CHUNK):
+            chunk = picked[start : start + _CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            by_first.update(
+                conn.execute(
+                    f"SELECT first_seq, task_id FROM tasks WHERE first_seq IN ({marks})", chunk
+                )
+            )
+        return [by_first[s] for s in picked]
 
     def sample_task_ids(
         self, batch_size: int, query_condition: Condition | None = None, rng: SeedLike = None
