@@ -266,6 +266,18 @@ def _task_filter(cond: Mapping[str, Any]) -> tuple[str, list[Any], bool] | None:
     )
 
 
+def _one_value_tasks(cond: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
+    """:func:`_task_filter`'s SQL when it selects each matching task exactly once.
+
+    That is one ``eq``/``in_`` value on ``task_id``, ``agent_id`` or ``task_name``
+    (one index range, no ``UNION``, no duplicates); ``None`` otherwise.
+    """
+    narrow = _task_filter(cond)
+    if narrow is None or not narrow[2] or " UNION " in narrow[0] or len(narrow[1]) > 2:
+        return None
+    return narrow[0], narrow[1]
+
+
 class SqliteStorage(Storage):
     """Rows in one SQLite file, safe for many writer and reader processes.
 
@@ -670,8 +682,9 @@ class SqliteStorage(Storage):
         conn.execute("DROP TABLE IF EXISTS stats")  # its counters are recomputed above
         for statement in _SCHEMA.split(";"):
             conn.execute(statement)
-        cols = "seq, id, " + ", ".join(META_FIELDS) + ", data"
-        conn.execute(f"INSERT INTO rows ({cols}) SELECT {cols} FROM rows_format1 ORDER BY seq")
+        conn.execute(
+            f"INSERT INTO rows ({_COLUMNS}) SELECT {_COLUMNS} FROM rows_format1 ORDER BY seq"
+        )
         if "tasks" in tables:
             conn.execute(
                 "INSERT INTO tasks (task_id, first_seq) "
@@ -816,14 +829,14 @@ class SqliteStorage(Storage):
         # the same tasks from the same rows whichever storage holds them.
         if cond is None:
             return "SELECT task_id FROM tasks ORDER BY first_seq", []
-        where, params = compile_sql(cond)
+        one = _one_value_tasks(cond)
+        if one is not None:
+            # task_keys' primary key (field, value, first_seq, ...) yields the tasks
+            # already in age order, with no duplicates.
+            return f"SELECT task_id FROM ({one[0]}) ORDER BY first_seq", one[1]
         narrow = _task_filter(cond)
         if narrow is not None and narrow[2]:
             sql, narrow_params, _ = narrow
-            if " UNION " not in sql and len(narrow_params) <= 2:
-                # One value: task_keys' primary key (field, value, first_seq, ...)
-                # yields the tasks already in age order, with no duplicates.
-                return f"SELECT task_id FROM ({sql}) ORDER BY first_seq", narrow_params
             return (
                 f"SELECT task_id FROM ({sql}) GROUP BY task_id ORDER BY min(first_seq)",
                 narrow_params,
@@ -845,10 +858,8 @@ class SqliteStorage(Storage):
         """
         if cond is None:
             return "SELECT first_seq FROM tasks", []
-        narrow = _task_filter(cond)
-        if narrow is None or not narrow[2] or " UNION " in narrow[0] or len(narrow[1]) > 2:
-            return None
-        return f"SELECT first_seq FROM ({narrow[0]})", narrow[1]
+        one = _one_value_tasks(cond)
+        return None if one is None else (f"SELECT first_seq FROM ({one[0]})", one[1])
 
     def _pick_task_ids(
         self, conn: sqlite3.Connection, k: int, cond: Condition | None, rng: SeedLike
