@@ -208,3 +208,63 @@ def test_buffer_uses_the_builder_for_prompts_it_did_not_keep(trajectory_factory)
         expected = builder.build(current.task, trajectory[:i], current)
         assert buffer[i]["message"] == expected
         check_openai_chat(buffer[i]["message"])
+
+
+# --------------------------------------------------------------------------- text mode
+
+
+def test_text_mode_has_no_image_parts_and_one_string_per_user_message(steps):
+    messages = build(ConversationBuilder(observation="text", history_window=2), steps, 6)
+    assert [m["role"] for m in messages] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert all(isinstance(m["content"], str) for m in messages)
+    assert not any("file://" in m["content"] or "data:image" in m["content"] for m in messages)
+    # the text parts of the screenshot layout, joined with newlines
+    with_images = build(ConversationBuilder(history_window=2), steps, 6)
+    for text_message, image_message in zip(messages[1:], with_images[1:], strict=True):
+        if text_message["role"] == "user":
+            assert text_message["content"] == "\n".join(texts(image_message))
+        else:
+            assert text_message == image_message
+
+
+def test_text_mode_keeps_url_title_and_accessibility_tree(steps):
+    final = build(ConversationBuilder(observation="text"), steps, 2)[-1]["content"]
+    assert final == (
+        f"Task: {steps[2]['observation'].task.task_name}\nCurrent step: 3\n"
+        "URL: https://example.com/page/2\nTitle: Store page 2\n"
+        "Accessibility tree:\n[1] link 'Home'\n[4] button 'Next'"
+    )
+
+
+def test_text_mode_default_system_prompt_mentions_no_screenshot(steps):
+    from replaystore.trajectories.context import DEFAULT_TEXT_SYSTEM_PROMPT
+
+    system = build(ConversationBuilder(observation="text"), steps, 1)[0]["content"]
+    assert system == DEFAULT_TEXT_SYSTEM_PROMPT
+    assert "screenshot" not in system.lower() and "accessibility tree" in system
+    assert build(ConversationBuilder(observation="text", system_prompt="S"), steps, 1)[0] == {
+        "role": "system",
+        "content": "S",
+    }
+
+
+def test_text_mode_prompt_is_byte_stable_and_needs_no_screenshot_files(steps):
+    import json
+
+    builder = ConversationBuilder(observation="text")
+    first = json.dumps(build(builder, steps, 3)).encode()
+    for step in steps[:4]:  # screenshots are not read: removing them changes nothing
+        Path(step["observation"].image_path).unlink()
+    assert json.dumps(build(ConversationBuilder(observation="text"), steps, 3)).encode() == first
+
+
+def test_unknown_observation_mode_is_refused():
+    with pytest.raises(ValueError, match="observation must be 'screenshot' or 'text'"):
+        ConversationBuilder(observation="pixels")  # type: ignore[arg-type]

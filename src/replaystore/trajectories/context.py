@@ -25,6 +25,13 @@ Message layout for a history of ``n`` steps and ``history_window`` = ``w``
              {"type": "image_url", "image_url": {"url": <current screenshot>}},
          ]}
 
+With ``observation="text"`` no image part is built anywhere and every user
+message's content is one string: its text parts above joined with ``"\\n"``
+(summary, then the step's text). The default system prompt is then
+:data:`DEFAULT_TEXT_SYSTEM_PROMPT`, which mentions no screenshot. The prompt
+holds nothing but the task, the page's URL, title and accessibility tree and the
+previous replies: no paths and no clock, so the same page gives the same bytes.
+
 The summary text is ``"Previous steps (summarised):"`` followed by one line per
 older step: ``"Step 3: click [12]"`` (the action string, see
 :func:`_action_text`). URL/Title lines appear only when ``page_metadata`` has
@@ -43,13 +50,30 @@ from replaystore.images import image_to_data_url, image_to_file_url
 from replaystore.trajectories.components import Observation, Step, Task
 from replaystore.trajectories.response_decomposer import get_action_string
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "ConversationBuilder"]
+__all__ = [
+    "DEFAULT_SYSTEM_PROMPT",
+    "DEFAULT_TEXT_SYSTEM_PROMPT",
+    "OBSERVATION_MODES",
+    "ConversationBuilder",
+    "ObservationMode",
+]
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a web agent. You see a screenshot and the accessibility tree of a web page "
     "and complete the user's task one browser action at a time. Think step by step, then "
     "give exactly one action."
 )
+#: The default system prompt of ``observation="text"`` (a text-only model sees no screenshot).
+DEFAULT_TEXT_SYSTEM_PROMPT = (
+    "You are a web agent. You see the URL, the title and the accessibility tree of a web "
+    "page and complete the user's task one browser action at a time. Think step by step, "
+    "then give exactly one action."
+)
+
+#: What the model is shown of a page: ``screenshot`` (image + accessibility tree and URL)
+#: or ``text`` (accessibility tree and URL only, for text-only models).
+ObservationMode = Literal["screenshot", "text"]
+OBSERVATION_MODES: tuple[str, ...] = ("screenshot", "text")
 
 
 def _action_text(step: Step) -> str:
@@ -66,7 +90,8 @@ class ConversationBuilder:
     """Builds the chat messages a web agent is prompted with (layout in the module docstring).
 
     Args:
-        system_prompt: content of the first (system) message.
+        system_prompt: content of the first (system) message (default:
+            :data:`DEFAULT_SYSTEM_PROMPT`, or :data:`DEFAULT_TEXT_SYSTEM_PROMPT` in text mode).
         history_window: how many of the most recent previous steps appear as full
             rounds (screenshot + response); older steps become one summary line each.
         image_format: ``"file"`` for ``file://`` URLs (vLLM reads the file; the
@@ -74,6 +99,9 @@ class ConversationBuilder:
             screenshot costs about 4/3 of its file size in the prompt).
         max_ac_tree_chars: the current accessibility tree is cut to this many characters.
         include_ac_tree: put the accessibility tree in the final user message at all.
+        observation: ``"screenshot"`` (image parts, content as a list of parts) or
+            ``"text"`` (no image parts, each user message's content one string; for
+            a model that reads no images).
 
     Cost of :meth:`build`: O(history length) for the summary, plus reading each
     screenshot in the window when ``image_format="base64"``.
@@ -81,12 +109,13 @@ class ConversationBuilder:
 
     def __init__(
         self,
-        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        system_prompt: str | None = None,
         history_window: int = 4,
         image_format: Literal["file", "base64"] = "file",
         *,
         max_ac_tree_chars: int = 4000,
         include_ac_tree: bool = True,
+        observation: ObservationMode = "screenshot",
     ) -> None:
         if not isinstance(history_window, int) or history_window < 0:
             raise ArgumentError(f"history_window must be an int >= 0, got {history_window!r}")
@@ -94,6 +123,13 @@ class ConversationBuilder:
             raise ArgumentError(f"image_format must be 'file' or 'base64', got {image_format!r}")
         if not isinstance(max_ac_tree_chars, int) or max_ac_tree_chars < 0:
             raise ArgumentError(f"max_ac_tree_chars must be an int >= 0, got {max_ac_tree_chars!r}")
+        if observation not in OBSERVATION_MODES:
+            raise ArgumentError(f"observation must be 'screenshot' or 'text', got {observation!r}")
+        if system_prompt is None:
+            system_prompt = (
+                DEFAULT_TEXT_SYSTEM_PROMPT if observation == "text" else DEFAULT_SYSTEM_PROMPT
+            )
+        self.observation: ObservationMode = observation
         self.system_prompt = system_prompt
         self.history_window = history_window
         self.image_format = image_format
@@ -142,14 +178,20 @@ class ConversationBuilder:
                 parts.extend(self._image_parts(step.observation))
             except ImageError as exc:
                 raise TrajectoryError(f"history step {number}: {exc}") from exc
-            messages.append({"role": "user", "content": parts})
+            messages.append({"role": "user", "content": self._content(parts)})
             messages.append({"role": "assistant", "content": step.response.raw_response})
 
         final = [] if summary is None else [summary]
         final.append(_text(self._current_text(task, observation, len(steps) + 1)))
         final.extend(self._image_parts(observation))
-        messages.append({"role": "user", "content": final})
+        messages.append({"role": "user", "content": self._content(final)})
         return messages
+
+    def _content(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]] | str:
+        """A user message's content: the parts, or (text mode) their texts as one string."""
+        if self.observation == "text":
+            return "\n".join(part["text"] for part in parts)
+        return parts
 
     @staticmethod
     def _summary(older: Sequence[Step]) -> dict[str, str] | None:
@@ -159,7 +201,7 @@ class ConversationBuilder:
         return _text("Previous steps (summarised):\n" + "\n".join(lines))
 
     def _image_parts(self, observation: Observation) -> list[dict[str, Any]]:
-        if not observation.image_path:
+        if self.observation == "text" or not observation.image_path:
             return []
         if self.image_format == "base64":
             url = image_to_data_url(observation.image_path)
