@@ -12,6 +12,10 @@ assert what a client sent; it can be told to fail or stall:
         server.requests[0]["model"], server.max_in_flight
 
 ``reply`` may also be a callable ``body -> str`` (e.g. to answer a judge).
+
+``server.text_only = True`` makes it a text-only model as vLLM serves one: a request
+with an image part gets HTTP 400 ``"<model> is not a multimodal model"`` (vLLM's
+error body, ``{"object": "error", "message": ..., "code": 400}``).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ class FakeOpenAIServer:
         arrival_times: ``time.monotonic()`` at each arrival, same order.
         max_in_flight: the most requests being handled at the same moment.
         delay_s: seconds every request waits before it is answered.
+        text_only: refuse requests with image parts as vLLM does for a text-only model.
     """
 
     def __init__(self, reply: Reply = "<think>done</think>\nAction: back()") -> None:
@@ -45,6 +50,7 @@ class FakeOpenAIServer:
         self.arrival_times: list[float] = []
         self.max_in_flight = 0
         self.delay_s = 0.0
+        self.text_only = False
         self._in_flight = 0
         self._lock = threading.Lock()
         self._failures: deque[tuple[int, str, dict[str, str]]] = deque()
@@ -118,6 +124,11 @@ class FakeOpenAIServer:
                 status, message, headers = failure
                 handler._send(status, {"error": {"message": message, "code": status}}, headers)
                 return
+            if self.text_only and _has_image(body):
+                message = f"{body.get('model')} is not a multimodal model"
+                error = {"object": "error", "message": message, "type": "BadRequestError"}
+                handler._send(400, {**error, "param": None, "code": 400})
+                return
             content = self.reply(body) if callable(self.reply) else self.reply
             handler._send(
                 200,
@@ -155,3 +166,14 @@ class FakeOpenAIServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _has_image(body: dict[str, Any]) -> bool:
+    """Whether a chat-completions request has an image part in any message."""
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(
+            isinstance(p, dict) and p.get("type") == "image_url" for p in content
+        ):
+            return True
+    return False

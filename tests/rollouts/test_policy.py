@@ -171,6 +171,47 @@ def test_policy_request_gives_the_policy_task_step_iteration_and_messages(tmp_pa
     assert request.messages[-1]["content"][-1]["image_url"]["url"].startswith("data:image/png")
 
 
+def test_text_mode_sends_exactly_the_stored_text_prompt_and_a_text_only_model_answers(
+    server, tmp_path
+):
+    server.text_only = True  # images would get HTTP 400 "... is not a multimodal model"
+    first = observation(tmp_path, "home", (10, 10, 10))
+    now = observation(tmp_path, "kettles", (90, 90, 90))
+    history = [past_step(first, "<think>kettles link</think>\nAction: click(60, 90)")]
+
+    async def go():
+        async with OpenAIChatPolicy(server.base_url, "tiny") as policy:
+            agent = WebAgent(policy, conversation_builder=ConversationBuilder(observation="text"))
+            assert agent.observation == "text"
+            return await agent.act(make_task(), now, history, step=1, iteration=1)
+
+    response = run(go())
+    assert response.answering_tokens["action"] == "click(120, 40)"
+    (body,) = server.requests
+    assert body["messages"] == json.loads(response.raw_prompt)
+    assert all(isinstance(m["content"], str) for m in body["messages"])
+    assert "screenshot" not in body["messages"][0]["content"].lower()
+    final = body["messages"][-1]["content"]
+    assert "URL: http://127.0.0.1/shop/kettles" in final
+    assert "[0] textbox 'Search' @(120,40)" in final
+    assert "file://" not in response.raw_prompt and "data:image" not in response.raw_prompt
+
+
+def test_screenshot_prompt_to_a_text_only_model_is_a_400_naming_the_server_message(
+    server, tmp_path
+):
+    server.text_only = True
+    obs = observation(tmp_path, "home", (1, 2, 3))
+
+    async def go():
+        async with OpenAIChatPolicy(server.base_url, "tiny") as policy:
+            return await WebAgent(policy).act(make_task(), obs, [], step=0, iteration=0)
+
+    with pytest.raises(ModelServerError, match="HTTP 400: tiny is not a multimodal model") as info:
+        run(go())
+    assert info.value.status == 400
+
+
 def test_retries_429_and_500_with_exponential_backoff_and_jitter(server):
     server.fail_next(429, 500)
 

@@ -8,6 +8,9 @@ raw text, and decompose it with our response decomposer. The prompt is stored in
 screenshots on disk) and sent to the model with the same messages in the form
 ``image_urls`` asks for (base64 ``data:`` URLs by default, which any server
 accepts), so the training data is exactly what the model saw, modulo the URL form.
+With a text-mode builder (``ConversationBuilder(observation="text")``, for a model
+that reads no images) the prompt has no image at all and the stored messages are
+sent as they are.
 
 Policies:
 
@@ -94,15 +97,20 @@ class WebAgent:
         parser: the model interface whose ``parse_response`` splits the text
             (default :class:`ThinkActionParser`: ``<think>...</think>`` then ``Action: ...``).
         conversation_builder: the prompt layout (default ``ConversationBuilder()``:
-            system prompt, last 4 steps with screenshots, accessibility tree). It must
-            build ``file://`` image URLs (``image_format="file"``); the URL form sent
-            to the model is chosen by ``image_urls``.
+            system prompt, last 4 steps with screenshots, accessibility tree). A
+            screenshot-mode builder must build ``file://`` image URLs
+            (``image_format="file"``); the URL form sent to the model is chosen by
+            ``image_urls``. A text-mode builder (``observation="text"``) builds no
+            images, and its messages are sent exactly as stored.
         image_urls: ``"data"``: screenshots inlined as base64 data URLs (any server);
             ``"file"``: sent as ``file://`` URLs (a vLLM server on the same machine
-            started with ``--allowed-local-media-path``; smaller requests).
+            started with ``--allowed-local-media-path``; smaller requests). Unused in
+            text mode.
 
     The trajectory buffer reads ``agent.conversation_builder`` to rebuild prompts,
-    so a ``WebAgent`` can be passed as a buffer's ``agent``.
+    so a ``WebAgent`` can be passed as a buffer's ``agent``; :attr:`observation`
+    (``"screenshot"`` or ``"text"``) is the builder's mode, which the collector
+    records in each trajectory's ``trajectory_metadata``.
 
     Raises:
         ConfigError: ``image_urls`` is not ``"data"``/``"file"``, the builder builds
@@ -124,7 +132,13 @@ class WebAgent:
         if image_urls not in ("data", "file"):
             raise ConfigError(f"image_urls must be 'data' or 'file', got {image_urls!r}")
         builder = conversation_builder or ConversationBuilder()
-        if getattr(builder, "image_format", "file") != "file":
+        observation = getattr(builder, "observation", "screenshot")
+        if observation not in ("screenshot", "text"):
+            raise ConfigError(
+                f"the conversation builder's observation must be 'screenshot' or 'text', "
+                f"got {observation!r}"
+            )
+        if observation == "screenshot" and getattr(builder, "image_format", "file") != "file":
             raise ConfigError(
                 "WebAgent stores prompts with file:// URLs: give it a ConversationBuilder with "
                 "image_format='file' and choose what is sent with image_urls='data'|'file'"
@@ -133,6 +147,8 @@ class WebAgent:
         self.parser: ModelInterface = parser if parser is not None else ThinkActionParser()
         self.conversation_builder = builder
         self.image_urls = image_urls
+        #: What the model is shown of a page: ``"screenshot"`` or ``"text"`` (the builder's mode).
+        self.observation: str = observation
 
     def build_messages(
         self,
@@ -142,13 +158,18 @@ class WebAgent:
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """``(stored, sent)``: the prompt with ``file://`` URLs and the same prompt as sent.
 
-        Cost: reads every screenshot in the history window once when ``image_urls="data"``.
+        In text mode both are the same list (there is no image to convert).
+
+        Cost: reads every screenshot in the history window once when ``image_urls="data"``
+        (screenshot mode).
 
         Raises:
             TrajectoryError, SchemaError, ImageError: see ``ConversationBuilder.build``.
         """
         stored = self.conversation_builder.build(task, history, observation)
-        sent = messages_to_data_urls(stored) if self.image_urls == "data" else stored
+        if self.observation == "text" or self.image_urls != "data":
+            return stored, stored
+        sent = messages_to_data_urls(stored)
         return stored, sent
 
     async def act(
