@@ -877,11 +877,14 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
                 logger_backend=args.logger,
                 cdp_urls=args.cdp or None,
                 max_tasks=args.max_tasks,
+                observation=args.observation,
             )
         )
     except BrowserUnavailableError as exc:
         print(f"replaystore rollout: {exc}", file=sys.stderr)
         return 2
+    if result.model_server_error is not None:
+        return _rollout_server_failure(result)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.status_counts().items()))
     print(
         f"iteration {result.iteration} rank {result.rank}: {len(result.outcomes)} tasks "
@@ -896,6 +899,29 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
         print("interrupted: finished trajectories were saved", file=sys.stderr)
         return 130
     return 0
+
+
+def _rollout_server_failure(result: Any) -> int:
+    """The one line of an iteration that failed on the model server; its exit status.
+
+    2 (a usage error: the command needs another flag) for a text-only model sent
+    screenshots, 1 (the run failed) when every task failed on the server.
+    """
+    message = " ".join(str(result.model_server_error).split())
+    if result.text_only_model:
+        print(
+            "replaystore rollout: error: the model server serves a text-only model "
+            f"({message}): run with --observation text",
+            file=sys.stderr,
+        )
+        return 2
+    stored = f"; trajectories stored in {result.path}" if result.path is not None else ""
+    print(
+        f"replaystore rollout: error: all {len(result.outcomes)} tasks failed on the model "
+        f"server: {message}{stored}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -1269,6 +1295,13 @@ def _parser() -> _Parser:
     ro.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://HOST:8000/v1 (vLLM)")
     ro.add_argument("--model", help="model name the server serves")
     ro.add_argument("--api-key", help="API key for the server (vLLM: any value unless set)")
+    ro.add_argument(
+        "--observation",
+        choices=("screenshot", "text"),
+        default="screenshot",
+        help="what the model is shown: 'screenshot' (default: screenshot, accessibility tree "
+        "and URL) or 'text' (accessibility tree and URL; for a text-only model)",
+    )
     ro.add_argument("--workers", type=int, default=4, help="browser contexts at once (default 4)")
     ro.add_argument("--iteration", type=int, help="iteration number (default: the next one)")
     ro.add_argument("--rank", type=int, default=0, help="this process's rank (default 0)")

@@ -28,12 +28,21 @@
 
 Failures are data, not crashes: a task that runs past ``task_timeout_s`` or a
 step past ``step_timeout_s`` is recorded with the steps it made and reward 0
-(status ``timeout``/``step_timeout``). Ctrl-C (SIGINT, when the collector runs in
-the main thread) stops the running tasks and still writes every finished
-trajectory; a second Ctrl-C aborts at once.
+(status ``timeout``/``step_timeout``). The model server is the exception a run
+cannot work around: when it answers that the model is not multimodal (vLLM's
+HTTP 400 ``"... is not a multimodal model"``: a text-only model was sent a
+screenshot) the iteration stops at once, stores nothing, and
+:attr:`IterationResult.model_server_error` carries the server's message; it is
+set too when every task ended in ``error`` on a
+:class:`~replaystore.errors.ModelServerError` (400/500 after retries, connection
+refused, 404), an iteration in which no task reached the model.
+
+Ctrl-C (SIGINT, when the collector runs in the main thread) stops the running
+tasks and still writes every finished trajectory; a second Ctrl-C aborts at once.
 
 Each trajectory's last step carries ``trajectory_metadata``: ``status``,
-``seconds``, ``iteration``, ``rank``, ``error``.
+``seconds``, ``iteration``, ``rank``, ``error``, ``observation`` (what the model
+was shown: ``"screenshot"`` or ``"text"``, the agent's ``observation``).
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from replaystore.atomic import atomic_write_bytes
-from replaystore.errors import ConfigError
+from replaystore.errors import ConfigError, ModelServerError
 from replaystore.pipeline.blocklist import Blocklist, normalize_domain
 from replaystore.pipeline.task_history import TaskHistory
 from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
@@ -72,6 +81,7 @@ __all__ = [
     "RolloutCollector",
     "TaskOutcome",
     "difficulty_category",
+    "is_text_only_model_error",
     "looks_blocked",
 ]
 
@@ -93,6 +103,14 @@ _CAPTCHA = re.compile(
     re.IGNORECASE,
 )
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
+#: vLLM's answer to an image sent to a model without a vision encoder.
+_TEXT_ONLY_MODEL = "not a multimodal model"
+
+
+def is_text_only_model_error(message: str) -> bool:
+    """Whether a model server's error says it serves a text-only model (vLLM: HTTP 400
+    ``"<model> is not a multimodal model"``); the fix is ``observation="text"``."""
+    return _TEXT_ONLY_MODEL in message.lower()
 
 
 def difficulty_category(difficulty: Any) -> str:
@@ -178,6 +196,11 @@ class IterationResult:
             capture alone), ``policy`` (``agent.act``), ``write`` (screenshot
             files and their pixel fingerprints, in a worker thread), ``overhead``
             (everything else in the step: the collector's own cost).
+        model_server_error: the model server's message when the iteration failed
+            on it: the server serves a text-only model (the iteration stopped at
+            the first such answer and stored nothing; see :attr:`text_only_model`),
+            or every task ended in ``error`` on a :class:`ModelServerError`. None
+            otherwise. A caller running iterations unattended should stop on it.
     """
 
     iteration: int
@@ -190,6 +213,15 @@ class IterationResult:
     navigation_errors: dict[str, int]
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
+    model_server_error: str | None = None
+
+    @property
+    def text_only_model(self) -> bool:
+        """The model server refused screenshots: it serves a text-only model (run the
+        rollout with ``observation="text"``)."""
+        return self.model_server_error is not None and is_text_only_model_error(
+            self.model_server_error
+        )
 
     @property
     def trajectories(self) -> list[list[dict[str, Any]]]:
@@ -367,6 +399,8 @@ class RolloutCollector:
         self.settle_s = float(settle_s)
         self.progress = progress
         self.handle_sigint = handle_sigint
+        #: What the model is shown of a page (the agent's ``observation``; recorded per trajectory).
+        self.observation = str(getattr(agent, "observation", "screenshot"))
         #: Failed navigations per website domain, over the collector's life.
         self.navigation_errors: Counter[str] = Counter()
 
@@ -571,6 +605,7 @@ class RolloutCollector:
             "iteration": iteration,
             "rank": rank,
             "error": run.error,
+            "observation": self.observation,
         }
         value = float(reward.reward) if reward.reward is not None else 0.0
         return TaskOutcome(run.task, run.status, run.steps, value, run.error, seconds)
@@ -616,6 +651,9 @@ class RolloutCollector:
         outcomes: dict[int, TaskOutcome] = {}
         runs: dict[int, _Run] = {}
         stop_reason: list[str] = []
+        # Tasks that ended on a ModelServerError, and the first server message.
+        server_failed: set[int] = set()
+        server_message: list[str] = []
         bar = _Progress(len(todo), self.progress)
 
         async def worker() -> None:
@@ -639,17 +677,33 @@ class RolloutCollector:
                 except _StepTimeout as exc:
                     status, run.error = "step_timeout", str(exc)
                 except asyncio.CancelledError:
+                    reason = stop_reason[0] if stop_reason else "interrupted"
+                    if reason == "text_only_model":
+                        server_failed.add(index)
+                        reason, run.error = "error", f"stopped: {server_message[0]}"
                     outcomes[index] = await asyncio.shield(
-                        self._finish(
-                            run, iteration, rank, stop_reason[0] if stop_reason else "interrupted"
-                        )
+                        self._finish(run, iteration, rank, reason)
                     )
                     bar.finished(True, step_counter[0])
                     raise
+                except ModelServerError as exc:
+                    status, run.error = "error", f"ModelServerError: {exc}"
+                    server_failed.add(index)
+                    logger.info("task %s: model server failed: %s", task.task_id, exc)
+                    if not server_message:  # one traceback per iteration, not one per task
+                        logger.debug("task %s's model server failure", task.task_id, exc_info=exc)
+                    if not server_message:
+                        server_message.append(str(exc))
+                    if is_text_only_model_error(str(exc)):
+                        # Every request with a screenshot will get the same answer.
+                        outcomes[index] = await self._finish(run, iteration, rank, status)
+                        bar.finished(True, step_counter[0])
+                        cancel("text_only_model")
+                        return
                 except Exception as exc:  # a broken page or policy fails this task, not the run
                     logger.exception("task %s failed", task.task_id)
                     status, run.error = "error", f"{type(exc).__name__}: {exc}"
-                if status is not None:
+                if status is not None and index not in server_failed:
                     logger.warning("task %s: %s", task.task_id, run.error)
                 outcomes[index] = await self._finish(run, iteration, rank, status)
                 bar.finished(outcomes[index].failed, step_counter[0])
@@ -714,11 +768,26 @@ class RolloutCollector:
                     loop.remove_signal_handler(signal.SIGINT)
             bar.close()
         interrupted = bool(stop_reason) and stop_reason[0] == "interrupted"
+        text_only = bool(stop_reason) and stop_reason[0] == "text_only_model"
         ordered = [outcomes[i] for i in sorted(outcomes)]
         if interrupted:
             ordered = [o for o in ordered if o.status != "interrupted"]
         skipped = [t for i, t in enumerate(todo) if i not in outcomes]
-        trajectories = [o.trajectory for o in ordered]
+        model_server_error = None
+        # A failed iteration is reported by the caller from the result (the CLI: one line);
+        # a partly failed one gets one warning here instead of one per task.
+        if text_only or (outcomes and server_failed >= set(outcomes)):
+            model_server_error = server_message[0]
+            logger.info("iteration %d failed on the model server: %s", iteration, server_message[0])
+        elif server_failed:
+            logger.warning(
+                "%d of %d tasks failed on the model server; the first: %s",
+                len(server_failed),
+                len(outcomes),
+                server_message[0],
+            )
+        # A text-only model refused the first screenshot: the tasks' records say only that.
+        trajectories = [] if text_only else [o.trajectory for o in ordered]
         path = None
         if trajectories:
             path = await asyncio.to_thread(
@@ -734,7 +803,7 @@ class RolloutCollector:
                     "blocked_sites": sorted(set(blocked_sites)),
                 },
             )
-        if self.task_history is not None:
+        if self.task_history is not None and not text_only:
             self.task_history.update(
                 [o.trajectory for o in ordered if o.status != "navigation_error"]
             )
@@ -750,6 +819,7 @@ class RolloutCollector:
             navigation_errors=dict(nav_errors),
             seconds=seconds,
             timings=timings,
+            model_server_error=model_server_error,
         )
         logger.info(
             "iteration %d rank %d: %d trajectories, %d steps, success %.0f%%, %.2f steps/s%s",

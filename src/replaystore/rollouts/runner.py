@@ -4,7 +4,10 @@
 suite served for the run), a browser pool, a policy (scripted, or an
 OpenAI-protocol server such as vLLM), the evaluator, the blocklist and task
 history kept under ``out``, the trajectory storage ``<out>/storage``, and an
-optional experiment logger.
+optional experiment logger. ``observation`` chooses what the model is shown:
+``"screenshot"`` (screenshot, accessibility tree and URL) or ``"text"``
+(accessibility tree and URL, for a text-only model); screenshots are taken and
+stored in both modes.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ async def rollout(
     cdp_urls: Sequence[str] | None = None,
     max_tasks: int | None = None,
     progress: bool | None = None,
+    observation: str = "screenshot",
     **collector_options: Any,
 ) -> Any:
     """Run one rollout iteration; returns the :class:`~.collector.IterationResult`.
@@ -51,15 +55,22 @@ async def rollout(
         logger_backend: ``none``, ``wandb`` or ``tensorboard``.
         cdp_urls: use running browsers over CDP instead of launching one.
         max_tasks: roll out only the first N tasks not on the blocklist.
+        observation: ``"screenshot"`` or ``"text"`` (prompts without images; use it
+            for a model that reads no images: vLLM answers a screenshot sent to one
+            with HTTP 400 "... is not a multimodal model").
         collector_options: passed to :class:`~.collector.RolloutCollector`.
 
+    The result's ``model_server_error`` is set when the iteration failed on the
+    model server (see :class:`~.collector.IterationResult`).
+
     Raises:
-        ConfigError: a bad policy name or missing ``base_url``/``model``.
+        ConfigError: a bad policy name or observation mode, or missing ``base_url``/``model``.
         BrowserUnavailableError: no browser (its message says how to get one).
     """
     from replaystore.pipeline.blocklist import Blocklist
     from replaystore.pipeline.task_history import TaskHistory
     from replaystore.pipeline.task_sampler import load_tasks
+    from replaystore.trajectories.context import OBSERVATION_MODES, ConversationBuilder
     from replaystore.trajectories.storage import TrajectoryStorage
 
     from .browser import BrowserPool
@@ -69,14 +80,18 @@ async def rollout(
     from .scripted import ScriptedPolicy
     from .sites import LocalSuite
 
+    if observation not in OBSERVATION_MODES:
+        raise ConfigError(f"unknown observation {observation!r}; use screenshot or text")
+    builder = ConversationBuilder(observation=observation)  # type: ignore[arg-type]
     if policy == "scripted":
         chosen: Any = ScriptedPolicy()
-        agent = WebAgent(chosen, image_urls="file")
+        agent = WebAgent(chosen, conversation_builder=builder, image_urls="file")
     elif policy == "openai":
         if not base_url or not model:
             raise ConfigError("--policy openai needs --base-url and --model")
         options: dict[str, Any] = {} if api_key is None else {"api_key": api_key}
-        agent = WebAgent(OpenAIChatPolicy(base_url, model, **options), image_urls="data")
+        chat = OpenAIChatPolicy(base_url, model, **options)
+        agent = WebAgent(chat, conversation_builder=builder, image_urls="data")
     else:
         raise ConfigError(f"unknown policy {policy!r}; use scripted or openai")
     out = Path(out)
