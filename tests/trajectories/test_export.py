@@ -356,3 +356,45 @@ def test_export_buffer_exports_training_samples(tmp_path, trajectory_factory):
 def test_no_temporary_files_are_left_behind(tmp_path, samples):
     export_llamafactory(samples, tmp_path / "ds", val_ratio=0.5)
     assert not [name for name in os.listdir(tmp_path / "ds") if name.endswith(".tmp")]
+
+
+# --------------------------------------------------------------------------- text observations
+
+
+class _TextAgent:
+    """What the buffer reads of a WebAgent in text mode: its conversation builder."""
+
+    conversation_builder = ConversationBuilder(observation="text", history_window=2)
+
+
+@pytest.mark.parametrize("fmt", ["sharegpt", "openai"])
+def test_text_prompts_rebuilt_by_the_buffer_export_without_images(
+    tmp_path, trajectory_factory, fmt
+):
+    trajectories = [trajectory_factory.trajectory(4, raw_prompt=False) for _ in range(2)]
+    buffer = ReplayBuffer(trajectories, agent=_TextAgent(), filter_same_screenshot=False)
+    report = export_buffer(buffer, tmp_path / "out", format=fmt, seed=1)
+    records = read_records(report.train_file)
+    assert len(records) == report.num_train == 8 and report.num_image_refs == 0
+    for record in records:
+        assert record["images"] == []
+        assert "<image>" not in json.dumps(record)
+        assert validate_record(record, fmt, base_dir=tmp_path / "out") == []
+        assert llamafactory_problems(record, tmp_path / "out", fmt) == []
+    turns = records[0]["conversations"] if fmt == "sharegpt" else records[0]["messages"]
+    text = json.dumps(turns)
+    assert "Accessibility tree:" in text and "URL: https://example.com/page/" in text
+
+
+def test_stored_text_prompt_exports_as_its_strings(tmp_path, trajectory_factory):
+    steps = trajectory_factory.trajectory(3)
+    current = steps[2]["observation"]
+    messages = ConversationBuilder(observation="text").build(current.task, steps[:2], current)
+    record = sample_to_record({"message": messages, "action": "Action: back()"}, out_dir=tmp_path)
+    assert record["images"] == []
+    assert record["system"] == messages[0]["content"]
+    assert [t["value"] for t in record["conversations"]] == [
+        *(m["content"] for m in messages[1:]),
+        "Action: back()",
+    ]
+    assert validate_record(record, "sharegpt") == []
