@@ -4,6 +4,7 @@ paging, bad parameters, path confinement, and that nothing in a store is written
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from .stores import make_trajectory_storage
 
@@ -139,6 +141,86 @@ def test_trajectory_without_stored_prompt_shows_the_rebuilt_export_conversation(
     html = traj.get("/trajectory/7?step=1").text
     assert "rebuilt with the default ConversationBuilder" in html
     assert "step 0 of task 7" in html  # the history's response is a turn of the record
+
+
+def _text_mode_storage(root: Path) -> Path:
+    """Two text-observation trajectories by a trained model: the first without
+    screenshots, the second with one stored (for the viewer only); hostile metadata."""
+    from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
+    from replaystore.trajectories.context import ConversationBuilder
+
+    builder = ConversationBuilder(observation="text")
+    trajectories = []
+    for t in range(2):
+        task = Task(f"text task {t}", "shopping", "stores", "http://shop.localhost", 1, None, "x")
+        shot = ""
+        if t == 1:
+            (root / "shots").mkdir(parents=True)
+            shot = str(root / "shots" / "text.png")
+            Image.new("RGB", (32, 24), (10, 20, 30)).save(shot)
+        steps: list[dict[str, Any]] = []
+        for s in range(2):
+            tree = f"[0] link 'Kettles <{t}.{s}>' @(60,90)"
+            obs = Observation(task, shot, tree, {"url": f"http://shop.localhost/{s}", "title": "T"})
+            prompt = json.dumps(builder.build(task, steps, obs))
+            raw = f"<think>go</think>\nAction: click(60, 90) {s}"
+            steps.append(
+                {
+                    "observation": obs,
+                    "action": Action({"key": "click", "x": 60.0, "y": 90.0}, "click(60, 90)"),
+                    "response": Response(raw, None, prompt),
+                    "reward": Reward(float(s), None),
+                }
+            )
+        steps[-1]["trajectory_metadata"] = {
+            "status": "answered",
+            "observation": "text",
+            "policy": "model",
+            "checkpoint": "<script>alert(1)</script>/run/checkpoints/iteration_0001",
+        }
+        trajectories.append(steps)
+    TrajectoryStorage(root).save_iteration(1, trajectories, rank=None)
+    return root
+
+
+def test_text_observation_step_shows_its_prompt_text_and_no_broken_image(tmp_path: Path) -> None:
+    client = _client("trajectory_storage", _text_mode_storage(tmp_path / "storage"))
+    html = client.get("/trajectory/0?step=1").text
+    assert "<img" not in html
+    assert "text observation: the model saw no screenshot" in html
+    assert _text(html, "no-screenshot") == "no screenshot"
+    assert _text(html, "ac-tree") == "[0] link &#39;Kettles &lt;0.1&gt;&#39; @(60,90)"
+    assert "Accessibility tree:\n[0] link &#39;Kettles &lt;0.1&gt;&#39;" in html  # the prompt
+    assert "URL: http://shop.localhost/1" in html
+    assert "no image in this prompt" in html and "&lt;image&gt;" not in html
+    # a text step whose screenshot was kept for the viewer shows it, and says it was not sent
+    with_shot = client.get("/trajectory/1?step=0").text
+    assert 'id="screenshot"' in with_shot and "the model saw no screenshot" in with_shot
+    assert client.get("/screenshot/1/0").status_code == 200
+
+
+def test_trajectory_page_shows_the_policy_and_checkpoint_escaped(tmp_path: Path) -> None:
+    client = _client("trajectory_storage", _text_mode_storage(tmp_path / "storage"))
+    html = client.get("/trajectory/0").text
+    assert _text(html, "policy") == "model"
+    assert _text(html, "checkpoint") == (
+        "&lt;script&gt;alert(1)&lt;/script&gt;/run/checkpoints/iteration_0001"
+    )
+    assert _text(html, "observation-mode") == "text"
+    assert "<script>alert(1)" not in html
+
+
+def test_trajectory_without_producer_metadata_has_no_policy_line(traj: TestClient) -> None:
+    html = traj.get("/trajectory/4").text
+    assert 'id="producer"' not in html and 'id="screenshot"' in html
+
+
+def test_missing_screenshot_file_is_a_note_not_a_broken_image(tmp_path: Path) -> None:
+    root = make_trajectory_storage(tmp_path / "storage")["root"]
+    (root / "shots" / "004_0.png").unlink()
+    html = _client("trajectory_storage", root).get("/trajectory/4?step=0").text
+    assert "<img" not in html
+    assert _text(html, "no-screenshot").startswith("screenshot file not found: ")
 
 
 def test_screenshot_is_served_from_the_storage(

@@ -282,6 +282,8 @@ def _trajectory_routes(
         step = _int(request, "step", 0, 0, n - 1)
         steps = index.read_steps(tid, 0, step + 1)  # the history is needed for the conversation
         current = steps[-1]
+        conversation = _conversation(steps)
+        image = current["observation"].image_path
         return ctx.render(
             request,
             "traj_step.html",
@@ -293,7 +295,9 @@ def _trajectory_routes(
             action_json=json.dumps(current["action"].action, indent=2, default=str),
             evaluation=json.dumps(current["reward"].evaluation, indent=2, default=str),
             page_meta=json.dumps(current["observation"].page_metadata, indent=2, default=str),
-            conversation=_conversation(steps),
+            conversation=conversation,
+            text_prompt=conversation["record"] is not None and not conversation["record"]["images"],
+            screenshot=_screenshot_state(Path(str(image)), allowed) if image else "none",
             prev_tid=tid - 1 if tid > 0 else None,
             next_tid=tid + 1 if tid + 1 < index.num_trajectories else None,
         )
@@ -332,6 +336,15 @@ def _confined_file(path: Path, root: Path) -> Response:
     if not real.is_file():
         raise _bad(f"screenshot file {path} not found", 404)
     return FileResponse(real, media_type=mime)
+
+
+def _screenshot_state(path: Path, root: Path) -> str:
+    """``"ok"`` when the screenshot route would serve ``path``, else why not (``"outside"``,
+    ``"missing"``): the page shows a note instead of a broken image."""
+    real = Path(os.path.realpath(path))
+    if not real.is_relative_to(root) or real.suffix.lower() not in _IMAGE_TYPES:
+        return "outside"
+    return "ok" if real.is_file() else "missing"
 
 
 def _conversation(steps: list[dict[str, Any]]) -> dict[str, Any]:

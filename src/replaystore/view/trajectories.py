@@ -3,7 +3,10 @@
 Built once when the app starts, from the iteration files' headers (lengths,
 final rewards, dummy and same-screenshot flags, byte offsets of every step
 line) plus two line reads per trajectory: its first step (the task: name,
-website, difficulty) and its last step (``reward.is_blocked``). Pages then
+website, difficulty) and its last step (``reward.is_blocked``, and from its
+``trajectory_metadata`` the ``policy`` that acted, the ``checkpoint`` it was
+served from and the ``observation`` mode, when the producer recorded them:
+the loop and the rollout collector do). Pages then
 filter and count with NumPy over these arrays and read the few step lines they
 show by seeking to their offsets; no page loads every step.
 
@@ -93,6 +96,7 @@ class TrajectoryIndex:
         websites: list[str] = []
         difficulties: list[str] = []
         blocked: list[bool] = []
+        producers: list[tuple[str | None, str | None, str | None]] = []
         first_pos = 0
         for file_id, f in enumerate(files):
             # The storage's own header reader: it checks size, last line and checksums.
@@ -140,6 +144,14 @@ class TrajectoryIndex:
                     websites.append(_label(task.get("website")))
                     difficulties.append(_label(task.get("difficulty")))
                     blocked.append(bool(_get(last, "step", "reward").get("is_blocked")))
+                    meta = _get(last, "step", "trajectory_metadata")
+                    producers.append(
+                        (
+                            _text_or_none(meta.get("policy")),
+                            _text_or_none(meta.get("checkpoint")),
+                            _text_or_none(meta.get("observation")),
+                        )
+                    )
             first_pos += header.num_steps
         cat = {k: np.concatenate(v) for k, v in traj_parts.items()}
         self.traj_file: NDArray[np.int32] = cat["file"]
@@ -155,6 +167,8 @@ class TrajectoryIndex:
         self.step_same: NDArray[np.bool_] = np.concatenate(same)
         self.step_file: NDArray[np.int32] = np.repeat(self.traj_file, self.traj_length)
         self.task_names = names
+        # (policy, checkpoint, observation) per trajectory; None where not recorded.
+        self.traj_producer = producers
         self._names_lower = np.array([n.lower() for n in names], dtype=str)
         self.websites, self.traj_website = _codes(websites)
         self.difficulties, self.traj_difficulty = _codes(difficulties)
@@ -283,6 +297,9 @@ class TrajectoryIndex:
             "blocked": bool(self.traj_blocked[tid]),
             "dummy": bool(self.traj_dummy[tid]),
             "same_steps": int(self.traj_same[tid]),
+            "policy": self.traj_producer[tid][0],
+            "checkpoint": self.traj_producer[tid][1],
+            "observation": self.traj_producer[tid][2],
         }
 
     # ------------------------------------------------------------------ reading steps
@@ -344,6 +361,11 @@ def _get(record: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
     for key in keys:
         value = value.get(key) if isinstance(value, Mapping) else None
     return value if isinstance(value, Mapping) else {}
+
+
+def _text_or_none(value: Any) -> str | None:
+    """A metadata value as display text (None when absent or empty)."""
+    return None if value is None or value == "" else str(value)
 
 
 def _codes(labels: list[str]) -> tuple[list[str], NDArray[np.int64]]:
