@@ -121,6 +121,17 @@ def test_success_rate_rises_from_the_first_to_the_last_iteration(
 
 
 @pytest.mark.slow
+def test_output_says_the_policy_is_scripted_and_no_model_is_trained(
+    demo: tuple[Path, list[str]],
+) -> None:
+    _, lines = demo
+    assert lines[0].startswith("policy: scripted (ScriptedPolicy; ")
+    assert "fixed schedule" in lines[0] and "no model is trained here" in lines[0]
+    (curve,) = [line for line in lines if line.startswith("success rate per iteration: ")]
+    assert "the scripted schedule, not training" in curve
+
+
+@pytest.mark.slow
 def test_every_step_is_a_real_screenshot_of_the_page(demo: tuple[Path, list[str]]) -> None:
     out, _ = demo
     trajectories = TrajectoryStorage(out / "storage").load_all()

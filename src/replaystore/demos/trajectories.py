@@ -21,12 +21,15 @@ the model:
    the agent's :class:`~replaystore.trajectories.context.ConversationBuilder`,
    a reply from :class:`~replaystore.rollouts.scripted.ScriptedPolicy`
    (``<think>...</think>`` then ``Action: ...``, decomposed like a model's), and
-   the action executed in the page. The scripted policy "learns": its wasted
-   clicks (the next screenshot is the same) and wrong answers get rarer with
-   the iteration. The :class:`~replaystore.rollouts.evaluator.Evaluator`
-   matches answers against the task's reference. Each rank writes its iteration
-   file with :class:`~replaystore.trajectories.storage.TrajectoryStorage`, then
-   the ranks are merged into one file per iteration.
+   the action executed in the page. No model is trained here: the scripted
+   policy's wasted clicks (the next screenshot is the same) and wrong answers
+   get rarer on a fixed schedule per iteration (``improvement``), so the rising
+   success rate is that schedule, and the output's first line says so
+   (``replaystore demo --part loop`` trains and serves a real model). The
+   :class:`~replaystore.rollouts.evaluator.Evaluator` matches answers against the
+   task's reference. Each rank writes its iteration file with
+   :class:`~replaystore.trajectories.storage.TrajectoryStorage`, then the ranks
+   are merged into one file per iteration.
 3. **Blocklist.** The anti-bot site ends its rollouts at the first screenshot:
    it is recorded in the :class:`~replaystore.pipeline.blocklist.Blocklist`
    and the next iterations' samples contain none of its tasks.
@@ -72,7 +75,15 @@ from replaystore.trajectories import TrajectoryBuffer, TrajectoryStorage
 from replaystore.trajectories.context import ConversationBuilder
 from replaystore.trajectories.export import ExportReport, export_llamafactory, validate_record
 
-__all__ = ["DemoConfig", "DemoResult", "IterationSummary", "run", "run_loop", "summary_lines"]
+__all__ = [
+    "POLICY_LINE",
+    "DemoConfig",
+    "DemoResult",
+    "IterationSummary",
+    "run",
+    "run_loop",
+    "summary_lines",
+]
 
 logger = logging.getLogger("replaystore.demos.trajectories")
 
@@ -460,7 +471,7 @@ def _plot(iterations: list[IterationSummary], path: Path) -> None:
     ax.set_ylim(0, 100)
     ax.set_xlabel("rollout iteration")
     ax.set_ylabel("success rate (%)")
-    ax.set_title("Scripted web agent: success rate per iteration")
+    ax.set_title("Scripted policy (fixed schedule, no model trained): success rate")
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
@@ -472,11 +483,19 @@ def _percent(x: float) -> str:
     return f"{100.0 * x:.0f}%"
 
 
+#: The first line of this part's output: where its success rates come from.
+POLICY_LINE = (
+    "policy: scripted (ScriptedPolicy; its mistakes get rarer on a fixed schedule per "
+    "iteration: no model is trained here; see 'replaystore demo --part loop' for a trained model)"
+)
+
+
 def summary_lines(result: DemoResult) -> list[str]:
-    """The lines ``replaystore demo`` prints for this part."""
+    """The lines ``replaystore demo`` prints for this part (the first: :data:`POLICY_LINE`)."""
     r = result
     rates = " -> ".join(_percent(it.success_rate) for it in r.iterations)
     lines = [
+        POLICY_LINE,
         f"local website suite: {r.num_tasks} tasks over {len(r.websites)} websites, "
         f"difficulty 1-3 ({r.tasks_file}); headless Chromium {r.browser}",
     ]
@@ -494,7 +513,9 @@ def summary_lines(result: DemoResult) -> list[str]:
             f"websites ({it.steps} steps, {it.steps_per_second:.1f} steps/s{blocked}{dummy}"
             f"{skipped}), success {it.successful}/{valid} = {_percent(it.success_rate)}"
         )
-    lines.append(f"success rate per iteration: {rates} (plot: {r.plot})")
+    lines.append(
+        f"success rate per iteration: {rates} (the scripted schedule, not training; plot: {r.plot})"
+    )
     blocked_in = [it.iteration for it in r.iterations if it.blocked]
     if blocked_in:
         after = [it for it in r.iterations if it.iteration > blocked_in[0]]
