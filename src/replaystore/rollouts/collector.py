@@ -310,6 +310,9 @@ class RolloutCollector:
         settle_s: how long after a click or key press a page load may still start.
         progress: show a progress bar (None: only when stderr is a TTY).
         handle_sigint: stop cleanly on Ctrl-C (only when running in the main thread).
+        trajectory_metadata: more keys for every trajectory's ``trajectory_metadata``
+            (the loop records ``policy`` and ``checkpoint``); the collector's own keys
+            (``status``, ``seconds``, ...) win over them.
 
     Raises:
         ConfigError: a bad number (names the argument).
@@ -337,6 +340,7 @@ class RolloutCollector:
         settle_s: float = 0.25,
         progress: bool | None = None,
         handle_sigint: bool = True,
+        trajectory_metadata: Mapping[str, Any] | None = None,
     ) -> None:
         if not callable(getattr(agent, "act", None)):
             raise ConfigError(
@@ -399,6 +403,7 @@ class RolloutCollector:
         self.settle_s = float(settle_s)
         self.progress = progress
         self.handle_sigint = handle_sigint
+        self.trajectory_metadata = dict(trajectory_metadata or {})
         #: What the model is shown of a page (the agent's ``observation``; recorded per trajectory).
         self.observation = str(getattr(agent, "observation", "screenshot"))
         #: Failed navigations per website domain, over the collector's life.
@@ -600,6 +605,7 @@ class RolloutCollector:
         last = run.steps[-1]
         last["reward"] = reward
         last["trajectory_metadata"] = {
+            **self.trajectory_metadata,
             "status": run.status,
             "seconds": round(seconds, 4),
             "iteration": iteration,
@@ -692,7 +698,6 @@ class RolloutCollector:
                     logger.info("task %s: model server failed: %s", task.task_id, exc)
                     if not server_message:  # one traceback per iteration, not one per task
                         logger.debug("task %s's model server failure", task.task_id, exc_info=exc)
-                    if not server_message:
                         server_message.append(str(exc))
                     if is_text_only_model_error(str(exc)):
                         # Every request with a screenshot will get the same answer.
