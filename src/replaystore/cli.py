@@ -924,6 +924,81 @@ def _rollout_server_failure(result: Any) -> int:
     return 1
 
 
+def _cmd_loop(args: argparse.Namespace) -> int:
+    from replaystore.loop import (
+        LoopInterrupted,
+        LoopStageError,
+        ToolsMissingError,
+        default_tools_dir,
+        find_tools,
+        load_config,
+        make_tiny_model,
+        run_loop,
+    )
+
+    if args.make_tiny_model is not None:
+        tools = find_tools(
+            Path(args.tools_dir) if args.tools_dir else default_tools_dir(), need_vllm=False
+        )
+        target = Path(args.make_tiny_model)
+        if target.exists() and any(target.iterdir()):
+            raise _UsageError(f"--make-tiny-model {target} exists and is not empty")
+        settings = make_tiny_model(
+            tools.train_python, target, corpus=[Path(c) for c in args.corpus or []]
+        )
+        print(
+            f"tiny Qwen2 in {target}: {settings['layers']} layers, hidden {settings['hidden']}, "
+            f"{settings['vocab_size']}-token BPE, {int(settings['parameters']):,} parameters"
+        )
+        return 0
+    if args.config is None and not args.resume:
+        raise _UsageError("give --config loop.yaml (or --make-tiny-model DIR); see docs/loop.md")
+    overrides: dict[str, Any] = {"out": args.out, "tools_dir": args.tools_dir}
+    if args.config is None:
+        # --resume --out DIR: the run's own copy of its effective config.
+        if args.out is None:
+            raise _UsageError("--resume without --config needs --out RUN_DIR")
+        config_path: Path | None = Path(args.out) / "loop.yaml"
+        overrides["out"] = str(Path(args.out).absolute())
+    else:
+        config_path = Path(args.config)
+    config = load_config(config_path, overrides)
+    print(f"replaystore loop: run directory {config.out}", flush=True)
+    try:
+        summary = run_loop(
+            config,
+            resume=args.resume,
+            iterations=args.iterations,
+            report=lambda line: print(f"  {line}", flush=True),
+        )
+    except ToolsMissingError as exc:
+        print(f"replaystore loop: error: {exc}", file=sys.stderr)
+        return 2
+    except LoopStageError as exc:
+        print(f"replaystore loop: failed: {_one_line(exc)}", file=sys.stderr)
+        print(
+            f"resume after fixing it: replaystore loop --config {config_path} --resume",
+            file=sys.stderr,
+        )
+        return 1
+    except LoopInterrupted as exc:
+        print(
+            f"replaystore loop: {exc}; finished stages are kept: continue with "
+            f"replaystore loop --config {config_path} --resume",
+            file=sys.stderr,
+        )
+        return 130
+    rates = " -> ".join(
+        f"{row['success_rate']:.0%} ({row['policy']})" for row in summary["iterations"]
+    )
+    untrained = summary.get("untrained")
+    if untrained:
+        rates = f"untrained {untrained['success_rate']:.0%}; " + rates
+    print(f"success rate per iteration: {rates}")
+    print(f"summary: {config.out / 'summary.json'}")
+    return 0
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     info = _environment_info()
     if args.json:
@@ -947,8 +1022,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(f"  tensordict: in the tested range {td['supported']}, fast sample path")
     else:
         where = "in" if td["in_supported_range"] else "OUTSIDE"
-        path = "fast sample path" if td["fast_path"] else (
-            "samples built with the public TensorDict() (about 4 us more per sample)"
+        path = (
+            "fast sample path"
+            if td["fast_path"]
+            else ("samples built with the public TensorDict() (about 4 us more per sample)")
         )
         print(f"  tensordict: {where} the tested range {td['supported']}; {path}")
     print("\ncompiled kernels:")
@@ -1288,8 +1365,9 @@ def _parser() -> _Parser:
         "every finished trajectory. Needs the rollouts extra.",
     )
     ro.add_argument(
-        "--tasks", default="suite", help="task file (JSONL/CSV/Parquet), or 'suite' (default): "
-        "the bundled local website suite",
+        "--tasks",
+        default="suite",
+        help="task file (JSONL/CSV/Parquet), or 'suite' (default): the bundled local website suite",
     )
     ro.add_argument("--policy", choices=("scripted", "openai"), default="scripted")
     ro.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://HOST:8000/v1 (vLLM)")
@@ -1310,6 +1388,42 @@ def _parser() -> _Parser:
     ro.add_argument("--out", required=True, help="run directory")
     ro.add_argument("--logger", choices=("none", "wandb", "tensorboard"), default="none")
     ro.set_defaults(func=_cmd_rollout)
+
+    loop = sub.add_parser(
+        "loop",
+        help="close WebGym's loop: roll out, train with LLaMA-Factory, serve with vLLM, repeat",
+        description="Run iterations of sample -> serve -> roll out (headless Chromium) -> "
+        "evaluate -> store -> buffer -> export -> train (llamafactory-cli), each serving the "
+        "checkpoint the previous one trained (vLLM). LLaMA-Factory and vLLM run from their own "
+        "environments (bash .ci/install-loop-tools). Every finished stage is journaled: "
+        "--resume continues after a crash or Ctrl-C. Writes OUT/summary.json. Guide: "
+        "docs/loop.md.",
+    )
+    loop.add_argument("--config", metavar="YAML", help="the loop config (docs/loop.md)")
+    loop.add_argument(
+        "--iterations", type=_int_at_least(1), help="iterations to run (default: the config's)"
+    )
+    loop.add_argument("--resume", action="store_true", help="continue the run in its directory")
+    loop.add_argument("--out", metavar="DIR", help="run directory (overrides the config's out)")
+    loop.add_argument(
+        "--tools-dir",
+        metavar="DIR",
+        help="where the LLaMA-Factory and vLLM environments are (default: "
+        "$REPLAYSTORE_LOOP_TOOLS or ~/.cache/replaystore/loop-tools)",
+    )
+    loop.add_argument(
+        "--make-tiny-model",
+        metavar="DIR",
+        help="only build a tiny Qwen2 chat model in DIR (no download) and exit",
+    )
+    loop.add_argument(
+        "--corpus",
+        action="append",
+        metavar="FILE",
+        help="with --make-tiny-model: text or LLaMA-Factory JSON the tokenizer learns from "
+        "(repeatable)",
+    )
+    loop.set_defaults(func=_cmd_loop)
 
     view = sub.add_parser(
         "view",

@@ -361,6 +361,33 @@ class ExperimentLogger:
             self._run.log(payload, step=iteration)
         return metrics
 
+    def log_scalars(self, step: int, values: Mapping[str, float]) -> dict[str, float]:
+        """Write named numbers at ``step`` (the loop's success rate, losses, stage seconds).
+
+        Only rank 0 writes. Returns the values written.
+
+        Raises:
+            ConfigError: the logger is closed, or a value is not a finite number.
+        """
+        if self._closed:
+            raise ConfigError("this ExperimentLogger is closed")
+        scalars: dict[str, float] = {}
+        for name, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"scalar {name!r} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ConfigError(f"scalar {name!r} must be finite, got {value!r}")
+            scalars[str(name)] = float(value)
+        if self.rank != 0:
+            return scalars
+        if self._writer is not None:
+            for name, value in scalars.items():
+                self._writer.add_scalar(name, value, step)
+            self._writer.flush()
+        elif self._run is not None:
+            self._run.log(dict(scalars), step=step)
+        return scalars
+
     def close(self) -> None:
         """Flush and close the backend (idempotent).
 

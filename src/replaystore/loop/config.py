@@ -1,0 +1,354 @@
+"""The loop's configuration: one YAML file, every key checked, defaults that run on a CPU.
+
+``replaystore loop --config loop.yaml`` reads it with :func:`load_config`. Every
+section and key is listed in :data:`DEFAULTS` (and in ``docs/loop.md``); an
+unknown key is an error naming it, never silently ignored. Relative paths are
+relative to the config file's directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from replaystore.errors import ConfigError
+
+__all__ = [
+    "DEFAULTS",
+    "TOOLS_ENV_VAR",
+    "LoopConfig",
+    "default_tools_dir",
+    "load_config",
+]
+
+#: Environment variable naming the directory of the tool environments.
+TOOLS_ENV_VAR = "REPLAYSTORE_LOOP_TOOLS"
+
+#: Every key the config may hold, with its default (``None``: chosen at run time).
+DEFAULTS: dict[str, Any] = {
+    # Run directory (journal, storage, datasets, checkpoints, logs, summary.json).
+    "out": "loop-run",
+    # Iterations, counting iteration 0 (demonstrations when bootstrap.source is set).
+    "iterations": 3,
+    "seed": 0,
+    # "suite" (the bundled local websites) or a JSONL/CSV/Parquet task file.
+    "tasks": "suite",
+    # Tasks per iteration (null: every task not on the blocklist).
+    "tasks_per_iteration": None,
+    # "text" (accessibility tree and URL) or "screenshot" (a vision-language model).
+    "observation": "text",
+    # Where the tool environments are (null: $REPLAYSTORE_LOOP_TOOLS, else
+    # ~/.cache/replaystore/loop-tools, as .ci/install-loop-tools makes them).
+    "tools_dir": None,
+    # ExperimentLogger backend: none, tensorboard or wandb.
+    "logger": "none",
+    "rollout": {
+        "workers": 4,
+        "viewport": [800, 560],
+        "max_steps": {"easy": 8, "medium": 10, "hard": 12},
+        "step_timeout_s": 60.0,
+        "task_timeout_s": 600.0,
+        # Remote browsers over CDP (empty: launch local headless Chromium).
+        "cdp": [],
+        # Port of the local website suite (0: a free port, then kept for the whole run,
+        # so prompts, which show URLs, stay the same from one iteration to the next).
+        "suite_port": 0,
+    },
+    "bootstrap": {
+        # Iteration 0's data: "scripted" (the suite's scripted expert), a path to an
+        # existing trajectory storage, or null (iteration 0 rolls out the model).
+        "source": "scripted",
+        "mistake_rate": 0.0,
+        "wrong_answer_rate": 0.0,
+    },
+    "model": {
+        # The model iteration 0 trains (a Hugging Face model directory). null: build
+        # a tiny Qwen2 in the run directory, its tokenizer trained on iteration 0's data.
+        "path": None,
+        # The name the server serves the model under (the policy asks for it).
+        "name": "policy",
+        "tiny": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 2048, "seed": 0},
+        # Roll out the untrained model once before training, for the learning curve.
+        "evaluate_untrained": True,
+    },
+    "buffer": {
+        "filter_successful_only": True,
+        "filter_same_screenshot": True,
+        "recency_bias_power": 1.0,
+        # Steps drawn for training (null: every eligible step).
+        "train_samples": None,
+        # Train on the last N iterations' data (null: all of them).
+        "last_n_iterations": None,
+        "val_ratio": 0.0,
+    },
+    "train": {
+        # The trainer command (null: <tools_dir>/llamafactory/bin/llamafactory-cli).
+        "command": None,
+        # A YAML template of LLaMA-Factory's training arguments (null: the built-in
+        # full-SFT template for a text model; see replaystore/loop/templates/).
+        "template": None,
+        # Keys written over the template (learning rate, epochs, batch size...).
+        "overrides": {},
+        # "previous": each iteration fine-tunes the checkpoint that acted;
+        # "base": each iteration trains model.path afresh on the buffer.
+        "init": "previous",
+        # Train after the last iteration's rollouts too (false: the last iteration
+        # only measures the model it served).
+        "final": True,
+        "env": {},
+    },
+    "serve": {
+        # Python of the vLLM environment (null: <tools_dir>/vllm/bin/python).
+        "python": None,
+        # An external OpenAI-compatible server instead (then vLLM is not started here).
+        "base_url": None,
+        # With base_url: command run to load a checkpoint ({checkpoint}, {model}
+        # are replaced); the loop then waits for /v1/models to list the model.
+        "reload_command": None,
+        "host": "127.0.0.1",
+        "port": 0,
+        "max_model_len": 2048,
+        "dtype": "float32",
+        "startup_timeout_s": 600.0,
+        "extra_args": [],
+        "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+    },
+    "policy": {"temperature": 0.0, "max_tokens": 96, "timeout_s": 30.0, "max_retries": 2},
+}
+
+
+def default_tools_dir() -> Path:
+    """``$REPLAYSTORE_LOOP_TOOLS``, else ``~/.cache/replaystore/loop-tools``."""
+    value = os.environ.get(TOOLS_ENV_VAR)
+    if value:
+        return Path(value).expanduser()
+    return Path.home() / ".cache" / "replaystore" / "loop-tools"
+
+
+def _merge(defaults: Mapping[str, Any], given: Mapping[str, Any], where: str) -> dict[str, Any]:
+    out = copy.deepcopy(dict(defaults))
+    for key, value in given.items():
+        if key not in defaults:
+            close = difflib.get_close_matches(str(key), list(defaults), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown key {where}{key!r}{hint}; see docs/loop.md")
+        default = defaults[key]
+        free_form = key in ("overrides", "env", "max_steps", "tiny")
+        if isinstance(default, dict) and not free_form:
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{where}{key} must be a mapping, got {value!r}")
+            out[key] = _merge(default, value, f"{where}{key}.")
+        elif isinstance(default, dict):
+            if not isinstance(value, Mapping):
+                raise ConfigError(f"{where}{key} must be a mapping, got {value!r}")
+            merged = dict(default) if key in ("max_steps", "tiny", "env") else {}
+            merged.update(value)
+            out[key] = merged
+        else:
+            out[key] = value
+    return out
+
+
+@dataclass(slots=True)
+class LoopConfig:
+    """A checked loop configuration (``data`` holds every key of :data:`DEFAULTS`).
+
+    Attributes:
+        data: the merged settings (defaults, then the file, then command-line overrides).
+        base_dir: directory that relative paths are relative to.
+    """
+
+    data: dict[str, Any]
+    base_dir: Path
+
+    @classmethod
+    def from_mapping(
+        cls, given: Mapping[str, Any] | None, base_dir: str | os.PathLike[str] = "."
+    ) -> LoopConfig:
+        """Merge ``given`` over :data:`DEFAULTS` and check every value.
+
+        Raises:
+            ConfigError: an unknown key (named, with a close match), a wrong type or
+                an out-of-range value (named).
+        """
+        if given is not None and not isinstance(given, Mapping):
+            raise ConfigError(f"the loop config must be a mapping, got {type(given).__name__}")
+        config = cls(_merge(DEFAULTS, given or {}, ""), Path(base_dir).absolute())
+        config.check()
+        return config
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def path(self, value: str | os.PathLike[str]) -> Path:
+        """``value`` as an absolute path (relative ones from :attr:`base_dir`; ``~`` expanded)."""
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else self.base_dir / path
+
+    @property
+    def out(self) -> Path:
+        """The run directory."""
+        return self.path(self.data["out"])
+
+    @property
+    def tools_dir(self) -> Path:
+        """Where the LLaMA-Factory and vLLM environments are."""
+        value = self.data["tools_dir"]
+        return default_tools_dir() if value is None else self.path(value)
+
+    @property
+    def uses_demonstrations(self) -> bool:
+        """Iteration 0 takes its data from demonstrations, not from the model."""
+        return self.data["bootstrap"]["source"] is not None
+
+    def check(self) -> None:
+        """Raise :class:`ConfigError` naming the first bad value."""
+        d = self.data
+        _int(d, "iterations", 1)
+        _int(d, "seed", 0)
+        if d["tasks_per_iteration"] is not None:
+            _int(d, "tasks_per_iteration", 1)
+        _choice(d, "observation", ("text", "screenshot"))
+        _choice(d, "logger", ("none", "tensorboard", "wandb"))
+        if not isinstance(d["tasks"], str) or not d["tasks"]:
+            raise ConfigError(f"tasks must be 'suite' or a task file path, got {d['tasks']!r}")
+        r = d["rollout"]
+        _int(r, "workers", 1, "rollout.")
+        _int(r, "suite_port", 0, "rollout.")
+        _number(r, "step_timeout_s", "rollout.")
+        _number(r, "task_timeout_s", "rollout.")
+        viewport = r["viewport"]
+        if not (
+            isinstance(viewport, list | tuple)
+            and len(viewport) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in viewport)
+        ):
+            raise ConfigError(f"rollout.viewport must be [width, height], got {viewport!r}")
+        if not isinstance(r["cdp"], list) or not all(isinstance(u, str) for u in r["cdp"]):
+            raise ConfigError(f"rollout.cdp must be a list of URLs, got {r['cdp']!r}")
+        b = d["bootstrap"]
+        if b["source"] is not None and not isinstance(b["source"], str):
+            raise ConfigError(
+                f"bootstrap.source must be 'scripted', a path or null: {b['source']!r}"
+            )
+        for key in ("mistake_rate", "wrong_answer_rate"):
+            value = b[key]
+            if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+                raise ConfigError(f"bootstrap.{key} must be in [0, 1], got {value!r}")
+        m = d["model"]
+        if m["path"] is None and d["observation"] == "screenshot":
+            raise ConfigError(
+                "model.path is required with observation: screenshot (the tiny model is "
+                "text-only; give a vision-language model such as Qwen/Qwen2-VL-2B-Instruct)"
+            )
+        if not isinstance(m["name"], str) or not m["name"].strip():
+            raise ConfigError(f"model.name must be a non-empty name, got {m['name']!r}")
+        tiny = m["tiny"]
+        unknown = set(tiny) - set(DEFAULTS["model"]["tiny"])
+        if unknown:
+            raise ConfigError(f"unknown key model.tiny.{sorted(unknown)[0]!r}")
+        for key in ("layers", "hidden", "heads", "vocab"):
+            _int(tiny, key, 1, "model.tiny.")
+        if tiny["hidden"] != 64 * tiny["heads"]:
+            raise ConfigError(
+                f"model.tiny.hidden must be 64 x heads (vLLM's CPU attention needs head_dim 64), "
+                f"got hidden {tiny['hidden']} with {tiny['heads']} heads"
+            )
+        buf = d["buffer"]
+        _number(buf, "recency_bias_power", "buffer.", minimum=0.0, strict=False)
+        if buf["train_samples"] is not None:
+            _int(buf, "train_samples", 1, "buffer.")
+        if buf["last_n_iterations"] is not None:
+            _int(buf, "last_n_iterations", 1, "buffer.")
+        ratio = buf["val_ratio"]
+        if not isinstance(ratio, int | float) or isinstance(ratio, bool) or not 0 <= ratio < 1:
+            raise ConfigError(f"buffer.val_ratio must be in [0, 1), got {ratio!r}")
+        t = d["train"]
+        _choice(t, "init", ("previous", "base"), "train.")
+        if not isinstance(t["final"], bool):
+            raise ConfigError(f"train.final must be true or false, got {t['final']!r}")
+        for key in ("filter_successful_only", "filter_same_screenshot"):
+            if not isinstance(buf[key], bool):
+                raise ConfigError(f"buffer.{key} must be true or false, got {buf[key]!r}")
+        s = d["serve"]
+        if s["base_url"] is not None and not str(s["base_url"]).startswith(("http://", "https://")):
+            raise ConfigError(f"serve.base_url must be an http(s) URL, got {s['base_url']!r}")
+        _int(s, "port", 0, "serve.")
+        _int(s, "max_model_len", 16, "serve.")
+        _number(s, "startup_timeout_s", "serve.")
+        if not isinstance(s["extra_args"], list):
+            raise ConfigError(f"serve.extra_args must be a list, got {s['extra_args']!r}")
+        p = d["policy"]
+        _number(p, "temperature", "policy.", minimum=0.0, strict=False)
+        _int(p, "max_tokens", 1, "policy.")
+        _number(p, "timeout_s", "policy.")
+        _int(p, "max_retries", 0, "policy.")
+        for section, key in (("train", "env"), ("serve", "env")):
+            env = d[section][key]
+            if not all(isinstance(k, str) for k in env):
+                raise ConfigError(f"{section}.{key} must map names to values, got {env!r}")
+
+
+def load_config(
+    path: str | os.PathLike[str] | None, overrides: Mapping[str, Any] | None = None
+) -> LoopConfig:
+    """Read a YAML config (``None``: the defaults), apply ``overrides`` (top-level keys).
+
+    Raises:
+        ConfigError: unreadable YAML, an unknown key or a bad value (named).
+        FileNotFoundError: ``path`` does not exist.
+    """
+    import yaml
+
+    given: dict[str, Any] = {}
+    base = Path.cwd()
+    if path is not None:
+        file = Path(path)
+        text = file.read_text(encoding="utf-8")
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{file}: not valid YAML: {exc}") from None
+        if loaded is not None and not isinstance(loaded, Mapping):
+            raise ConfigError(f"{file}: the loop config must be a mapping of keys")
+        given = dict(loaded or {})
+        base = file.absolute().parent
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            given[key] = value
+    return LoopConfig.from_mapping(given, base)
+
+
+def _int(section: Mapping[str, Any], key: str, minimum: int, where: str = "") -> None:
+    value = section[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}{key} must be an integer >= {minimum}, got {value!r}")
+
+
+def _number(
+    section: Mapping[str, Any],
+    key: str,
+    where: str = "",
+    *,
+    minimum: float = 0.0,
+    strict: bool = True,
+) -> None:
+    value = section[key]
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and value == value
+    if ok:
+        ok = value > minimum if strict else value >= minimum
+    if not ok:
+        relation = ">" if strict else ">="
+        raise ConfigError(f"{where}{key} must be a number {relation} {minimum:g}, got {value!r}")
+
+
+def _choice(
+    section: Mapping[str, Any], key: str, choices: tuple[str, ...], where: str = ""
+) -> None:
+    if section[key] not in choices:
+        raise ConfigError(f"{where}{key} must be one of {', '.join(choices)}, got {section[key]!r}")

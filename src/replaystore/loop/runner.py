@@ -1,0 +1,890 @@
+"""WebGym's outer loop, closed: roll out, store, build the buffer, export, train, serve.
+
+One iteration ``k`` (0-based) runs these stages, each recorded in the journal
+(:mod:`.journal`) when it finishes:
+
+1. ``sample``: the iteration's tasks (:class:`~replaystore.pipeline.TaskSampler`
+   with the task history rebuilt from the stored rollouts and the blocklist).
+2. ``serve``: the policy's checkpoint is served (vLLM in its own environment,
+   or the user's server after a reload command), ready when ``/v1/models`` lists it.
+3. ``rollout``: :class:`~replaystore.rollouts.collector.RolloutCollector` in
+   headless Chromium (or ``--cdp`` browsers); the evaluator scores each answer;
+   the iteration's trajectories are stored as one iteration file (atomic).
+4. ``evaluate``: the iteration's success rate, read back from the stored file.
+5. ``buffer`` and ``export``: the trajectory buffer over the stored iterations
+   (successful trajectories, repeated screenshots dropped, recency-weighted
+   draw) exported as a LLaMA-Factory ShareGPT dataset.
+6. ``model`` and ``baseline`` (iteration 0 only, when asked): build the tiny
+   model, its tokenizer trained on iteration 0's dataset; roll out the untrained
+   model once for the learning curve (kept apart from the training data).
+7. ``train``: ``llamafactory-cli train`` on a YAML made from the template, the
+   overrides and this iteration's dataset; the checkpoint it writes is what
+   iteration ``k + 1`` serves.
+
+Iteration 0 rolls out demonstrations (the suite's scripted expert, or an
+existing trajectory storage) when ``bootstrap.source`` is set: filtered
+behaviour cloning to start, then expert iteration on the model's own
+successful rollouts, as WebGym trains.
+
+Crash safety: every output of a stage is written atomically or into a
+``.partial`` directory renamed when complete, then the journal records the
+stage. ``--resume`` skips recorded stages, and recognises outputs that were
+complete when the loop died before writing the journal (a stored rollout, a
+checkpoint with weights), so nothing stored is rolled out twice and no finished
+training is redone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from replaystore.atomic import atomic_write_json, atomic_write_text
+from replaystore.errors import ConfigError
+
+from .config import LoopConfig
+from .journal import Journal
+from .processes import MARKER_VAR, ChildProcess, kill_strays, run_marker
+from .tools import (
+    ExternalServer,
+    LoopStageError,
+    ToolPaths,
+    VllmServer,
+    checkpoint_weights,
+    find_tools,
+    make_tiny_model,
+    run_training,
+    template_text,
+    training_arguments,
+)
+
+__all__ = ["LoopInterrupted", "LoopRunner", "run_loop"]
+
+logger = logging.getLogger("replaystore.loop")
+
+#: Name of the dataset entry each iteration exports.
+DATASET_NAME = "webagent"
+
+
+class LoopInterrupted(KeyboardInterrupt):
+    """The loop was stopped by SIGINT or SIGTERM (children were stopped; resume with --resume)."""
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+class LoopRunner:
+    """Runs (or resumes) a loop in ``config.out``; see the module docstring.
+
+    Args:
+        config: the checked configuration.
+        resume: continue the run in ``config.out`` from its journal.
+        report: called with one line per finished stage (the CLI prints them).
+        progress: progress bars during rollouts (None: on a TTY).
+
+    Raises (from :meth:`run`):
+        ConfigError: a bad config, ``resume`` without a journal, or a new run over one.
+        ToolsMissingError: the LLaMA-Factory or vLLM environment is missing.
+        LoopStageError: a stage failed (the stage, the iteration and the log are named).
+        LoopInterrupted: Ctrl-C or SIGTERM (children are stopped first).
+    """
+
+    def __init__(
+        self,
+        config: LoopConfig,
+        *,
+        resume: bool = False,
+        report: Callable[[str], None] | None = None,
+        progress: bool | None = None,
+    ) -> None:
+        self.config = config
+        self.resume = resume
+        self.report = report or (lambda line: logger.info("%s", line))
+        self.progress = progress
+        self.out = config.out
+        self.journal: Journal | None = None
+        self.server: VllmServer | ExternalServer | None = None
+        self.children: list[ChildProcess] = []
+        self.tools: ToolPaths | None = None
+        self.marker: str | None = None
+        self.experiment: Any = None
+
+    # ------------------------------------------------------------------ paths
+
+    def rel(self, path: Path | None) -> str | None:
+        """``path`` relative to the run directory (the journal stays valid after a move)."""
+        if path is None:
+            return None
+        try:
+            return str(Path(path).relative_to(self.out))
+        except ValueError:
+            return str(path)
+
+    def abs(self, value: str | None) -> Path | None:
+        if value is None:
+            return None
+        path = Path(value)
+        return path if path.is_absolute() else self.out / path
+
+    def iteration_dir(self, k: int) -> Path:
+        return self.out / "iterations" / f"{k:03d}"
+
+    def checkpoint_dir(self, k: int) -> Path:
+        """Where iteration ``k``'s training writes its checkpoint."""
+        return self.out / "checkpoints" / f"{k:03d}"
+
+    @property
+    def storage_root(self) -> Path:
+        return self.out / "storage"
+
+    @property
+    def initial_model(self) -> Path:
+        """The model iteration 0 trains (``model.path``, else the tiny model of this run)."""
+        path = self.config["model"]["path"]
+        return self.config.path(path) if path is not None else self.out / "model"
+
+    def acting_checkpoint(self, k: int) -> Path:
+        """The model acting in iteration ``k`` (``train.init: previous`` starts from it)."""
+        return self.initial_model if k == 0 else self.checkpoint_dir(k - 1)
+
+    # ------------------------------------------------------------------ run
+
+    def run(self, iterations: int | None = None) -> dict[str, Any]:
+        """Run iterations ``0 .. n-1`` (``n``: ``iterations`` or the config's); the summary.
+
+        Finished stages recorded in the journal are skipped (``resume``).
+        """
+        cfg = self.config
+        n = cfg["iterations"] if iterations is None else int(iterations)
+        if n < 1:
+            raise ConfigError(f"iterations must be >= 1, got {n}")
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.journal = Journal.open(self.out, resume=self.resume, config=cfg.data)
+        needs_model = n > 1 or not cfg.uses_demonstrations or cfg["train"]["final"]
+        self.tools = find_tools(
+            cfg.tools_dir,
+            train_command=cfg["train"]["command"],
+            vllm_python=cfg["serve"]["python"],
+            need_vllm=cfg["serve"]["base_url"] is None and needs_model,
+        )
+        token = self.journal.token
+        self.marker = run_marker(token)
+        kill_strays(token, own_marker=self.marker)
+        atomic_write_text(self.out / "loop.yaml", _dump_yaml(cfg.data))
+        previous = os.environ.get(MARKER_VAR)
+        os.environ[MARKER_VAR] = self.marker  # browsers and tools inherit it
+        try:
+            with self._signals(), self._suite() as tasks_file, self._experiment_logger():
+                for k in range(n):
+                    self._iteration(k, tasks_file, last=k == n - 1)
+                    self._write_summary()
+        finally:
+            self._stop_children()
+            if previous is None:
+                os.environ.pop(MARKER_VAR, None)
+            else:
+                os.environ[MARKER_VAR] = previous
+        return self._write_summary()
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        """SIGTERM (and SIGINT) raise :class:`LoopInterrupted` in the main thread."""
+
+        def stop(signum: int, _frame: Any) -> None:
+            raise LoopInterrupted(f"stopped by {signal.Signals(signum).name}")
+
+        installed = []
+        with contextlib.suppress(ValueError):  # not the main thread: leave signals alone
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                installed.append((sig, signal.signal(sig, stop)))
+        try:
+            yield
+        finally:
+            for sig, handler in installed:
+                signal.signal(sig, handler)
+
+    @contextlib.contextmanager
+    def _suite(self) -> Iterator[Path]:
+        """The task file; for ``tasks: suite`` the local suite runs on the run's fixed port."""
+        assert self.journal is not None
+        cfg = self.config
+        tasks_file = self.out / "tasks.jsonl"
+        if cfg["tasks"] != "suite":
+            source = cfg.path(cfg["tasks"])
+            if not source.exists():
+                raise ConfigError(f"tasks: {source} does not exist")
+            yield source
+            return
+        from replaystore.rollouts.sites import LocalSuite
+
+        port = self.journal.data.get("suite_port") or cfg["rollout"]["suite_port"]
+        try:
+            suite = LocalSuite(port=int(port)).start()
+        except OSError as exc:
+            raise LoopStageError(
+                f"sample: the local website suite cannot listen on port {port} ({exc.strerror}); "
+                "the run keeps one port so that prompts stay the same: free it and resume"
+            ) from None
+        try:
+            if self.journal.data.get("suite_port") != suite.port:
+                self.journal.data["suite_port"] = suite.port
+                self.journal.save()
+            suite.write_tasks(tasks_file)
+            yield tasks_file
+        finally:
+            suite.stop()
+
+    @contextlib.contextmanager
+    def _experiment_logger(self) -> Iterator[None]:
+        backend = self.config["logger"]
+        if backend == "none":
+            yield
+            return
+        from replaystore.rollouts.experiment_logger import ExperimentLogger
+
+        self.experiment = ExperimentLogger(
+            backend,
+            log_dir=self.out / "logs" / backend,
+            project="replaystore-loop",
+            run_name=f"loop-{self.journal.token if self.journal else 'run'}",
+            config=self.config.data,
+        )
+        try:
+            yield
+        finally:
+            self.experiment.close()
+            self.experiment = None
+
+    def _stop_children(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        for child in self.children:
+            child.stop(grace_s=5.0)
+        self.children.clear()
+        if self.marker is not None and self.journal is not None:
+            kill_strays(self.journal.token, own_marker=None)
+
+    # ------------------------------------------------------------------ one iteration
+
+    def _iteration(self, k: int, tasks_file: Path, *, last: bool) -> None:
+        assert self.journal is not None
+        cfg = self.config
+        record = self.journal.iteration(k)
+        demos = k == 0 and cfg.uses_demonstrations
+        record["policy"] = "demonstrations" if demos else "model"
+        acting = None if demos else self.acting_checkpoint(k)
+        record["checkpoint"] = self.rel(acting)
+        self.journal.save()
+        if k == 0 and not demos and cfg["model"]["path"] is None:
+            self._stage_model(0, corpus=[])
+
+        tasks = self._stage_sample(k, tasks_file)
+        self._stage_rollout(k, tasks, acting)
+        self._stage_evaluate(k)
+        has_data = self._stage_export(k)
+        if k == 0 and demos and cfg["model"]["path"] is None:
+            corpus = [self.iteration_dir(0) / "dataset" / f"{DATASET_NAME}.json"]
+            self._stage_model(0, corpus=[p for p in corpus if p.exists()])
+        if k == 0 and cfg["model"]["evaluate_untrained"]:
+            self._stage_baseline(tasks)
+        if not last or cfg["train"]["final"]:
+            if has_data:
+                self._stage_train(k)
+            elif not self.journal.done(k, "train"):
+                raise LoopStageError(
+                    f"train (iteration {k}): no successful trajectory to train on yet "
+                    f"(success rate {record['stages']['evaluate']['success_rate']:.0%}); "
+                    "bootstrap from demonstrations (bootstrap.source: scripted) or "
+                    "lower buffer.filter_successful_only"
+                )
+
+    def _stage_sample(self, k: int, tasks_file: Path) -> list[Any]:
+        assert self.journal is not None
+        from replaystore.pipeline.blocklist import Blocklist
+        from replaystore.pipeline.task_history import TaskHistory
+        from replaystore.pipeline.task_sampler import TaskSampler, load_tasks
+
+        path = self.iteration_dir(k) / "tasks.jsonl"
+        if self.journal.done(k, "sample") and path.exists():
+            return load_tasks(path)
+        started = _now()
+        history = TaskHistory()
+        storage = self._storage()
+        if storage.iterations():
+            history.update(t for t in storage.load_all() if _status(t) not in ("navigation_error",))
+        blocklist = Blocklist(self.out / "blocklist.jsonl")
+        sampler = TaskSampler(
+            tasks_file, history=history, blocklist=blocklist, seed=self.config["seed"]
+        )
+        eligible = int((~sampler.blocked_mask()).sum())
+        wanted = self.config["tasks_per_iteration"]
+        n = eligible if wanted is None else min(int(wanted), eligible)
+        if n == 0:
+            raise LoopStageError(
+                f"sample (iteration {k}): every task's website is on the blocklist "
+                f"({self.out / 'blocklist.jsonl'})"
+            )
+        import numpy as np
+
+        tasks = sampler.sample_train(n, seed=np.random.default_rng([self.config["seed"], k]))
+        lines = [json.dumps(t.to_dict(), ensure_ascii=False) for t in tasks]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, "\n".join(lines) + "\n")
+        blocked = sorted(blocklist.get_blocked_domains())
+        self.journal.finish(
+            k, "sample", seconds=_now() - started, num_tasks=len(tasks), blocked=blocked
+        )
+        return tasks
+
+    def _storage(self) -> Any:
+        from replaystore.trajectories.storage import TrajectoryStorage
+
+        return TrajectoryStorage(self.storage_root)
+
+    def _stage_rollout(self, k: int, tasks: list[Any], acting: Path | None) -> None:
+        assert self.journal is not None
+        storage = self._storage()
+        number = k + 1
+        if self.journal.done(k, "rollout"):
+            return
+        if number in storage.iterations():
+            # The loop died after the iteration file was written, before the journal was.
+            self.journal.finish(k, "rollout", seconds=0.0, recovered=True)
+            self.report(f"iteration {k}: rollout already stored ({storage.root}); not redone")
+            return
+        source = self.config["bootstrap"]["source"]
+        if acting is None and source not in (None, "scripted"):
+            self._import_demonstrations(k, self.config.path(source))
+            return
+        screenshots = self.out / "screenshots" / f"iteration_{number:06d}"
+        shutil.rmtree(screenshots, ignore_errors=True)  # an interrupted try's leftovers
+        base_url = None
+        if acting is not None:
+            base_url = self._serve(k, acting, stage=f"serve (iteration {k})")
+        started = _now()
+        try:
+            result = self._roll_out(
+                tasks,
+                storage,
+                number,
+                base_url=base_url,
+                screenshot_root=self.out / "screenshots",
+                metadata={
+                    "policy": "demonstrations" if acting is None else "model",
+                    "checkpoint": self.rel(acting),
+                    "loop_iteration": k,
+                },
+            )
+        finally:
+            if self.server is not None:
+                self.server.stop()
+        seconds = _now() - started
+        error = getattr(result, "model_server_error", None)
+        if error:
+            raise LoopStageError(f"rollout (iteration {k}): the model server failed: {error}")
+        if result.path is None:
+            raise LoopStageError(f"rollout (iteration {k}): no trajectory was stored")
+        timings = {key: round(float(v), 4) for key, v in result.timings.items()}
+        self.journal.finish(
+            k,
+            "rollout",
+            seconds=seconds,
+            steps=result.steps,
+            statuses=dict(result.status_counts()),
+            timings=timings,
+            file=self.rel(Path(result.path)),
+        )
+        self.report(
+            f"iteration {k}: rolled out {len(result.outcomes)} tasks with "
+            f"{'the scripted expert' if acting is None else self.rel(acting)} in {seconds:.1f} s "
+            f"({result.steps} steps)"
+        )
+
+    def _import_demonstrations(self, k: int, source: Path) -> None:
+        """Iteration 0's trajectories copied from an existing storage (one iteration file)."""
+        assert self.journal is not None
+        from replaystore.trajectories.storage import TrajectoryStorage
+
+        started = _now()
+        if not source.is_dir():
+            raise ConfigError(f"bootstrap.source: {source} is not a trajectory storage directory")
+        trajectories = TrajectoryStorage(source).load_all()
+        if not trajectories:
+            raise ConfigError(f"bootstrap.source: {source} holds no trajectories")
+        path = self._storage().save_iteration(
+            k + 1, trajectories, metadata={"source": str(source), "policy": "demonstrations"}
+        )
+        self.journal.finish(
+            k, "rollout", seconds=_now() - started, imported=str(source), file=self.rel(path)
+        )
+        self.report(f"iteration {k}: {len(trajectories)} demonstrations imported from {source}")
+
+    def _serve(self, k: int, model: Path, *, stage: str) -> str:
+        """Serve ``model``; the base URL. Records the ``serve`` stage of iteration ``k``."""
+        assert self.journal is not None and self.tools is not None
+        cfg = self.config
+        s = cfg["serve"]
+        if not checkpoint_weights(model):
+            raise LoopStageError(f"{stage}: {model} holds no model weights")
+        if self.server is None:
+            if s["base_url"] is not None:
+                self.server = ExternalServer(
+                    s["base_url"],
+                    s["reload_command"],
+                    startup_timeout_s=s["startup_timeout_s"],
+                    marker=self.marker,
+                )
+            else:
+                assert self.tools.vllm_python is not None
+                self.server = VllmServer(
+                    self.tools.vllm_python,
+                    host=s["host"],
+                    port=s["port"],
+                    max_model_len=s["max_model_len"],
+                    dtype=s["dtype"],
+                    extra_args=s["extra_args"],
+                    env=s["env"],
+                    startup_timeout_s=s["startup_timeout_s"],
+                    marker=self.marker,
+                )
+        log = self.out / "logs" / f"serve-{k:03d}.log"
+        seconds = self.server.start(model, cfg["model"]["name"], log_path=log, stage=stage)
+        self.journal.finish(
+            k, "serve", seconds=seconds, checkpoint=self.rel(model), log=self.rel(log)
+        )
+        self.report(f"iteration {k}: serving {self.rel(model)} (ready in {seconds:.1f} s)")
+        assert self.server.base_url is not None
+        return self.server.base_url
+
+    def _agent(self, base_url: str | None) -> Any:
+        from replaystore.rollouts.policy import OpenAIChatPolicy, WebAgent
+        from replaystore.rollouts.scripted import ScriptedPolicy
+        from replaystore.trajectories.context import ConversationBuilder
+
+        cfg = self.config
+        builder = ConversationBuilder(observation=cfg["observation"])
+        if base_url is None:
+            b = cfg["bootstrap"]
+            policy: Any = ScriptedPolicy(
+                seed=cfg["seed"],
+                mistake_rate=b["mistake_rate"],
+                wrong_answer_rate=b["wrong_answer_rate"],
+                improvement=0.0,
+            )
+            return WebAgent(policy, conversation_builder=builder, image_urls="file")
+        p = cfg["policy"]
+        policy = OpenAIChatPolicy(
+            base_url,
+            cfg["model"]["name"],
+            temperature=p["temperature"],
+            max_tokens=p["max_tokens"],
+            timeout_s=p["timeout_s"],
+            max_retries=p["max_retries"],
+            max_concurrency=cfg["rollout"]["workers"],
+        )
+        return WebAgent(policy, conversation_builder=builder, image_urls="data")
+
+    def _roll_out(
+        self,
+        tasks: list[Any],
+        storage: Any,
+        number: int,
+        *,
+        base_url: str | None,
+        screenshot_root: Path,
+        metadata: dict[str, Any],
+    ) -> Any:
+        cfg = self.config
+        r = cfg["rollout"]
+
+        async def go() -> Any:
+            from replaystore.pipeline.blocklist import Blocklist
+            from replaystore.rollouts.browser import BrowserPool
+            from replaystore.rollouts.collector import RolloutCollector
+            from replaystore.rollouts.evaluator import Evaluator
+
+            agent = self._agent(base_url)
+            try:
+                async with BrowserPool(
+                    r["workers"], viewport=tuple(r["viewport"]), cdp_urls=r["cdp"] or None
+                ) as pool:
+                    collector = RolloutCollector(
+                        agent,
+                        Evaluator(),
+                        storage,
+                        pool=pool,
+                        num_workers=r["workers"],
+                        max_steps_by_difficulty=r["max_steps"],
+                        step_timeout_s=r["step_timeout_s"],
+                        task_timeout_s=r["task_timeout_s"],
+                        blocklist=Blocklist(self.out / "blocklist.jsonl"),
+                        logger=self.experiment,
+                        screenshot_root=screenshot_root,
+                        progress=self.progress,
+                        handle_sigint=False,
+                        trajectory_metadata=metadata,
+                    )
+                    return await collector.run_iteration(tasks, number)
+            finally:
+                await agent.aclose()
+
+        return asyncio.run(go())
+
+    def _stage_evaluate(self, k: int) -> None:
+        assert self.journal is not None
+        if self.journal.done(k, "evaluate"):
+            return
+        started = _now()
+        storage = self._storage()
+        file = next(f for f in storage.files() if f.iteration == k + 1)
+        trajectories = storage.read_file(file)
+        facts = _success(trajectories)
+        self.journal.finish(k, "evaluate", seconds=_now() - started, **facts)
+        self.report(
+            f"iteration {k}: success {facts['successful']}/{facts['num_tasks']} = "
+            f"{facts['success_rate']:.0%} ({self.journal.iteration(k)['policy']})"
+        )
+
+    def _stage_export(self, k: int) -> bool:
+        """Buffer and export; False when there is nothing to train on."""
+        assert self.journal is not None
+        done = self.journal.done(k, "export")
+        if done:
+            return bool(done.get("num_train"))
+        from replaystore.trajectories import TrajectoryBuffer
+        from replaystore.trajectories.context import ConversationBuilder
+        from replaystore.trajectories.export import export_llamafactory
+
+        cfg = self.config
+        b = cfg["buffer"]
+        started = _now()
+        buffer = TrajectoryBuffer.from_storage(
+            self.storage_root,
+            # Steps stored without a prompt (an anti-bot page ends the task before the
+            # model is asked) are rebuilt with the builder the rollouts used.
+            agent=ConversationBuilder(observation=cfg["observation"]),
+            last_n_iterations=b["last_n_iterations"],
+            filter_successful_only=b["filter_successful_only"],
+            filter_same_screenshot=b["filter_same_screenshot"],
+            seed=cfg["seed"],
+        )
+        samples = buffer.get_training_samples(
+            b["train_samples"], recency_bias_power=b["recency_bias_power"], seed=cfg["seed"] + k
+        )
+        buffer_seconds = _now() - started
+        self.journal.finish(
+            k,
+            "buffer",
+            seconds=buffer_seconds,
+            steps=int(buffer.stats.as_dict()["samples"]),
+            eligible=int(buffer.num_eligible),
+            drawn=len(samples),
+        )
+        target = self.iteration_dir(k) / "dataset"
+        if len(samples) == 0:
+            self.journal.finish(k, "export", seconds=0.0, num_train=0, dataset=None)
+            return False
+        partial = target.with_name("dataset.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(target, ignore_errors=True)
+        started = _now()
+        report = export_llamafactory(
+            samples,
+            partial,
+            dataset_name=DATASET_NAME,
+            format="sharegpt",
+            val_ratio=b["val_ratio"],
+            seed=cfg["seed"] + k,
+            copy_images=cfg["observation"] == "screenshot",
+            image_root=self.out if cfg["observation"] == "screenshot" else None,
+        )
+        os.replace(partial, target)
+        self.journal.finish(
+            k,
+            "export",
+            seconds=_now() - started,
+            num_train=report.num_train,
+            num_val=report.num_val,
+            images=report.num_image_refs,
+            dataset=self.rel(target),
+        )
+        self.report(
+            f"iteration {k}: buffer {len(samples)} training steps drawn; exported "
+            f"{report.num_train} records to {self.rel(target)}"
+        )
+        return report.num_train > 0
+
+    def _stage_model(self, k: int, corpus: list[Path]) -> None:
+        assert self.journal is not None and self.tools is not None
+        if self.journal.done(k, "model") and checkpoint_weights(self.out / "model"):
+            return
+        tiny = self.config["model"]["tiny"]
+        target = self.out / "model"
+        partial = self.out / "model.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(target, ignore_errors=True)
+        started = _now()
+        settings = make_tiny_model(
+            self.tools.train_python,
+            partial,
+            corpus=corpus,
+            layers=tiny["layers"],
+            hidden=tiny["hidden"],
+            heads=tiny["heads"],
+            vocab=tiny["vocab"],
+            seed=tiny["seed"],
+            log_path=self.out / "logs" / "model.log",
+            marker=self.marker,
+        )
+        os.replace(partial, target)
+        self.journal.finish(k, "model", seconds=_now() - started, settings=settings, path="model")
+        self.report(
+            f"tiny model: Qwen2, {settings['layers']} layers, hidden {settings['hidden']}, "
+            f"{settings['vocab_size']}-token BPE trained on "
+            f"{'iteration 0 data' if corpus else 'the built-in text'}, "
+            f"{int(settings['parameters']):,} parameters (model/)"
+        )
+
+    def _stage_baseline(self, tasks: list[Any]) -> None:
+        """Roll out the untrained model on iteration 0's tasks (stored apart, never trained on)."""
+        assert self.journal is not None
+        if self.journal.data.get("baseline"):
+            return
+        from replaystore.trajectories.storage import TrajectoryStorage
+
+        model = self.initial_model
+        root = self.out / "baseline"
+        storage = TrajectoryStorage(root / "storage")
+        if 1 not in storage.iterations():
+            shutil.rmtree(root / "screenshots", ignore_errors=True)
+            base_url = self._serve(0, model, stage="baseline (untrained model)")
+            started = _now()
+            try:
+                result = self._roll_out(
+                    tasks,
+                    storage,
+                    1,
+                    base_url=base_url,
+                    screenshot_root=root / "screenshots",
+                    metadata={"policy": "model", "checkpoint": self.rel(model), "baseline": True},
+                )
+            finally:
+                if self.server is not None:
+                    self.server.stop()
+            error = getattr(result, "model_server_error", None)
+            if error:
+                raise LoopStageError(f"baseline: the model server failed: {error}")
+            seconds = _now() - started
+        else:
+            seconds = 0.0
+        file = next(f for f in storage.files() if f.iteration == 1)
+        facts = _success(storage.read_file(file))
+        self.journal.data["baseline"] = {
+            "policy": "model",
+            "checkpoint": self.rel(model),
+            "seconds": {"rollout": round(seconds, 3)},
+            **facts,
+        }
+        self.journal.finish(0, "baseline", seconds=seconds, **facts)
+        self.report(
+            f"untrained model: success {facts['successful']}/{facts['num_tasks']} = "
+            f"{facts['success_rate']:.0%} (baseline/, not trained on)"
+        )
+
+    def _stage_train(self, k: int) -> None:
+        assert self.journal is not None and self.tools is not None
+        if self.journal.done(k, "train"):
+            return
+        cfg = self.config
+        t = cfg["train"]
+        output = self.checkpoint_dir(k)
+        if checkpoint_weights(output):
+            # Trained and renamed before the loop died: the journal was not written yet.
+            self.journal.finish(
+                k, "train", seconds=0.0, recovered=True, checkpoint=self.rel(output)
+            )
+            self.report(f"iteration {k}: checkpoint {self.rel(output)} already trained; not redone")
+            return
+        partial = output.with_name(output.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        start_from = self.acting_checkpoint(k) if t["init"] == "previous" else self.initial_model
+        dataset = self.iteration_dir(k) / "dataset"
+        info = json.loads((dataset / "dataset_info.json").read_text(encoding="utf-8"))
+        template = template_text(
+            None if t["template"] is None else cfg.path(t["template"]), cfg["observation"]
+        )
+        arguments = training_arguments(
+            template,
+            model=start_from,
+            dataset_dir=dataset,
+            dataset=DATASET_NAME,
+            output_dir=partial,
+            overrides=t["overrides"],
+            has_images=cfg["observation"] == "screenshot",
+        )
+        if f"{DATASET_NAME}_val" in info and "eval_dataset" not in arguments:
+            arguments["eval_dataset"] = f"{DATASET_NAME}_val"
+        log = self.out / "logs" / f"train-{k:03d}.log"
+        stage = f"train (iteration {k})"
+        self.report(f"iteration {k}: training from {self.rel(start_from)} (log {self.rel(log)})")
+        result = run_training(
+            self.tools.train_command,
+            arguments,
+            yaml_path=self.iteration_dir(k) / "train.yaml",
+            log_path=log,
+            env={**{str(a): str(b) for a, b in t["env"].items()}},
+            marker=self.marker,
+            stage=stage,
+            on_child=self.children.append,
+        )
+        self.children.clear()
+        os.replace(partial, output)
+        self.journal.finish(
+            k,
+            "train",
+            seconds=result.seconds,
+            steps=result.steps,
+            loss_first=result.loss_first,
+            loss_last=result.loss_last,
+            checkpoint=self.rel(output),
+            started_from=self.rel(start_from),
+            log=self.rel(log),
+        )
+        loss = (
+            f"loss {result.loss_first:.3f} -> {result.loss_last:.3f}"
+            if result.loss_first is not None and result.loss_last is not None
+            else "no loss logged"
+        )
+        self.report(
+            f"iteration {k}: trained {self.rel(output)} in {result.seconds:.1f} s "
+            f"({result.steps} steps, {loss})"
+        )
+
+    # ------------------------------------------------------------------ summary
+
+    def summary(self) -> dict[str, Any]:
+        """``{"iterations": [...], "untrained": {...}}`` from the journal (see docs/loop.md)."""
+        assert self.journal is not None
+        rows = []
+        for record in self.journal.data["iterations"]:
+            stages = record.get("stages", {})
+            evaluate = stages.get("evaluate") or {}
+            if not evaluate.get("done"):
+                continue
+            train = stages.get("train") or {}
+            seconds = {
+                name: round(float(stage.get("seconds", 0.0)), 3)
+                for name, stage in stages.items()
+                if isinstance(stage, dict) and stage.get("done")
+            }
+            rows.append(
+                {
+                    "iteration": record["iteration"],
+                    "policy": record.get("policy"),
+                    "checkpoint": record.get("checkpoint"),
+                    "success_rate": evaluate.get("success_rate"),
+                    "num_tasks": evaluate.get("num_tasks"),
+                    "successful": evaluate.get("successful"),
+                    "train_loss": {
+                        "first": train.get("loss_first"),
+                        "last": train.get("loss_last"),
+                    }
+                    if train.get("done")
+                    else None,
+                    "trained_checkpoint": train.get("checkpoint"),
+                    "seconds": seconds,
+                    "overhead_share": _overhead_share(stages),
+                }
+            )
+        return {"iterations": rows, "untrained": self.journal.data.get("baseline")}
+
+    def _write_summary(self) -> dict[str, Any]:
+        summary = self.summary()
+        atomic_write_json(self.out / "summary.json", summary)
+        if self.experiment is not None and summary["iterations"]:
+            self._log_metrics(summary["iterations"][-1])
+        return summary
+
+    def _log_metrics(self, row: dict[str, Any]) -> None:
+        metrics: dict[str, float] = {"loop/success_rate": float(row["success_rate"] or 0.0)}
+        loss = row.get("train_loss") or {}
+        for key in ("first", "last"):
+            if isinstance(loss.get(key), int | float):
+                metrics[f"loop/train_loss_{key}"] = float(loss[key])
+        for stage, seconds in row["seconds"].items():
+            metrics[f"loop/seconds/{stage}"] = float(seconds)
+        self.experiment.log_scalars(int(row["iteration"]) + 1, metrics)
+
+
+#: Stages whose time is the tools' (browser, server, trainer), not the loop's.
+_TOOL_STAGES = ("serve", "rollout", "model", "baseline", "train")
+
+
+def _overhead_share(stages: dict[str, Any]) -> float | None:
+    """The loop's own share of the iteration's time: stages outside the tools, plus the
+    collector's own per-step cost, over the whole."""
+    done = {n: s for n, s in stages.items() if isinstance(s, dict) and s.get("done")}
+    total = sum(float(s.get("seconds", 0.0)) for s in done.values())
+    if total <= 0:
+        return None
+    own = sum(float(s.get("seconds", 0.0)) for n, s in done.items() if n not in _TOOL_STAGES)
+    timings = (done.get("rollout") or {}).get("timings") or {}
+    own += float(timings.get("overhead", 0.0))
+    return round(own / total, 5)
+
+
+def _status(trajectory: list[dict[str, Any]]) -> str | None:
+    meta = trajectory[-1].get("trajectory_metadata") if trajectory else None
+    return meta.get("status") if isinstance(meta, dict) else None
+
+
+def _success(trajectories: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Success facts of stored trajectories (navigation errors are not attempts)."""
+    statuses = Counter(_status(t) or "unknown" for t in trajectories)
+    attempts = [t for t in trajectories if _status(t) != "navigation_error"]
+    successful = sum(
+        1
+        for t in attempts
+        if t and t[-1]["reward"].reward is not None and float(t[-1]["reward"].reward) >= 1.0
+    )
+    n = len(attempts)
+    return {
+        "num_tasks": n,
+        "successful": successful,
+        "success_rate": successful / n if n else 0.0,
+        "statuses": dict(statuses),
+    }
+
+
+def _dump_yaml(data: dict[str, Any]) -> str:
+    import yaml
+
+    return "# the effective loop configuration of this run (defaults included)\n" + yaml.safe_dump(
+        data, sort_keys=False
+    )
+
+
+def run_loop(
+    config: LoopConfig,
+    *,
+    resume: bool = False,
+    iterations: int | None = None,
+    report: Callable[[str], None] | None = None,
+    progress: bool | None = None,
+) -> dict[str, Any]:
+    """Run or resume the loop of ``config``; returns the summary written to ``summary.json``.
+
+    See :class:`LoopRunner` for what it raises.
+    """
+    return LoopRunner(config, resume=resume, report=report, progress=progress).run(iterations)

@@ -1,0 +1,557 @@
+"""The loop's tools, run as child processes: vLLM serves, LLaMA-Factory trains.
+
+LLaMA-Factory and vLLM pin different versions of transformers, so each lives in
+its own virtual environment (made by ``.ci/install-loop-tools``, by default under
+``~/.cache/replaystore/loop-tools``: ``llamafactory/`` and ``vllm/``). Nothing
+here imports them: the loop writes their inputs (a training YAML, a dataset
+directory), runs their commands, streams their output to log files in the run
+directory and reads their outputs back (``trainer_log.jsonl``, ``/v1/models``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import shlex
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from replaystore.atomic import atomic_write_text
+from replaystore.errors import ConfigError, ReplayStoreError
+
+from .processes import ChildProcess, describe_exit, tail
+
+__all__ = [
+    "INSTALL_COMMAND",
+    "ExternalServer",
+    "LoopStageError",
+    "ToolPaths",
+    "ToolsMissingError",
+    "TrainResult",
+    "VllmServer",
+    "checkpoint_weights",
+    "find_tools",
+    "free_port",
+    "make_tiny_model",
+    "read_losses",
+    "run_training",
+    "training_arguments",
+]
+
+logger = logging.getLogger("replaystore.loop.tools")
+
+#: The command that makes the tool environments (from a clone of the repository).
+INSTALL_COMMAND = "bash .ci/install-loop-tools"
+
+#: Files that hold a model's weights (one of them, or a shard index, must exist).
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "adapter_model.safetensors")
+WEIGHT_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+class LoopStageError(ReplayStoreError, RuntimeError):
+    """A stage of the loop failed; the message names the stage, the iteration and the log."""
+
+
+class ToolsMissingError(ReplayStoreError, FileNotFoundError):
+    """The LLaMA-Factory or vLLM environment is missing; the message says how to make it."""
+
+
+@dataclass(slots=True, frozen=True)
+class ToolPaths:
+    """Executables of the two tool environments."""
+
+    tools_dir: Path
+    train_command: list[str]
+    train_python: Path
+    vllm_python: Path | None
+
+
+def find_tools(
+    tools_dir: Path,
+    *,
+    train_command: str | Sequence[str] | None = None,
+    vllm_python: str | Path | None = None,
+    need_vllm: bool = True,
+) -> ToolPaths:
+    """Locate ``llamafactory-cli`` and vLLM's Python (config values win over ``tools_dir``).
+
+    Raises:
+        ToolsMissingError: an executable is missing; the message gives :data:`INSTALL_COMMAND`.
+    """
+    missing = []
+    train_python = tools_dir / "llamafactory" / "bin" / "python"
+    if train_command is None:
+        cli = tools_dir / "llamafactory" / "bin" / "llamafactory-cli"
+        if not cli.exists():
+            missing.append(str(cli))
+        command = [str(cli)]
+    else:
+        command = (
+            shlex.split(train_command) if isinstance(train_command, str) else list(train_command)
+        )
+        if not command:
+            raise ConfigError("train.command is empty")
+        train_python = Path(command[0]).parent / "python"
+    if not train_python.exists():
+        missing.append(str(train_python))
+    vllm: Path | None = None
+    if need_vllm:
+        vllm = Path(vllm_python) if vllm_python else tools_dir / "vllm" / "bin" / "python"
+        if not vllm.exists():
+            missing.append(str(vllm))
+    if missing:
+        raise ToolsMissingError(
+            f"the loop's tool environments are missing ({', '.join(missing)}): make them with "
+            f"`{INSTALL_COMMAND}` (LLaMA-Factory and vLLM, each in its own virtual environment "
+            f"under {tools_dir}; set REPLAYSTORE_LOOP_TOOLS or tools_dir for another place)"
+        )
+    return ToolPaths(tools_dir, command, train_python, vllm)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+# ---------------------------------------------------------------------- serving
+
+
+def _served_models(base_url: str, timeout_s: float = 2.0) -> list[str] | None:
+    """Model ids ``GET {base_url}/models`` lists, or None when the server does not answer."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/models", timeout=timeout_s) as response:
+            body = json.loads(response.read().decode("utf-8"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    data = body.get("data") if isinstance(body, Mapping) else None
+    if not isinstance(data, list):
+        return None
+    return [str(m.get("id")) for m in data if isinstance(m, Mapping)]
+
+
+def _wait_ready(
+    base_url: str,
+    name: str,
+    timeout_s: float,
+    *,
+    child: ChildProcess | None,
+    stage: str,
+    log: Path | None,
+) -> float:
+    """Poll ``/v1/models`` until it lists ``name``; seconds waited.
+
+    Raises:
+        LoopStageError: the child exited, or ``timeout_s`` passed (the log is named).
+    """
+    start = time.perf_counter()
+    where = f"; see {log}" if log is not None else ""
+    while True:
+        models = _served_models(base_url)
+        if models is not None and name in models:
+            return time.perf_counter() - start
+        if child is not None and child.poll() is not None:
+            last = tail(log) if log is not None else ""
+            raise LoopStageError(
+                f"{stage}: the vLLM server {describe_exit(child.poll())} before it was ready"
+                f"{where}" + (f"\n{last}" if last else "")
+            )
+        if time.perf_counter() - start > timeout_s:
+            seen = "no answer" if models is None else f"models {models}"
+            raise LoopStageError(
+                f"{stage}: the model server at {base_url} was not ready with model {name!r} "
+                f"after {timeout_s:g} s ({seen}){where}"
+            )
+        time.sleep(0.5)
+
+
+class VllmServer:
+    """``python -m vllm.entrypoints.openai.api_server`` in the vLLM environment.
+
+    Args:
+        python: the vLLM environment's Python.
+        host, port: where it listens (port 0: a free port at each start).
+        max_model_len, dtype: passed as ``--max-model-len`` and ``--dtype``.
+        extra_args: more arguments for the server (``--gpu-memory-utilization 0.8`` ...).
+        env: variables for the server (``VLLM_CPU_KVCACHE_SPACE`` on a CPU).
+        startup_timeout_s: how long :meth:`start` waits for ``/v1/models``.
+        marker: the run marker its processes carry (see :mod:`.processes`).
+    """
+
+    def __init__(
+        self,
+        python: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_model_len: int = 2048,
+        dtype: str = "float32",
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        startup_timeout_s: float = 600.0,
+        marker: str | None = None,
+    ) -> None:
+        self.python = Path(python)
+        self.host = host
+        self.port = int(port)
+        self.max_model_len = int(max_model_len)
+        self.dtype = dtype
+        self.extra_args = [str(a) for a in extra_args]
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.marker = marker
+        self.child: ChildProcess | None = None
+        self.base_url: str | None = None
+        self.model_name: str | None = None
+
+    def command(self, model: str | Path, name: str, port: int) -> list[str]:
+        """The server's command line for ``model`` served as ``name`` on ``port``."""
+        return [
+            str(self.python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model),
+            "--served-model-name",
+            name,
+            "--host",
+            self.host,
+            "--port",
+            str(port),
+            "--max-model-len",
+            str(self.max_model_len),
+            "--dtype",
+            self.dtype,
+            *self.extra_args,
+        ]
+
+    def start(self, model: str | Path, name: str, *, log_path: Path, stage: str) -> float:
+        """Serve ``model`` (stopping what was served before); seconds until it answered.
+
+        Raises:
+            LoopStageError: the server exited or was not ready in time (the log is named).
+        """
+        self.stop()
+        port = self.port or free_port(self.host)
+        self.child = ChildProcess(
+            "vLLM server",
+            self.command(model, name, port),
+            log_path=log_path,
+            env=self.env,
+            marker=self.marker,
+        ).start()
+        self.base_url = f"http://{self.host}:{port}/v1"
+        self.model_name = name
+        try:
+            return _wait_ready(
+                self.base_url,
+                name,
+                self.startup_timeout_s,
+                child=self.child,
+                stage=stage,
+                log=log_path,
+            )
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop the server (idempotent)."""
+        if self.child is not None:
+            self.child.stop()
+            self.child = None
+        self.base_url = None
+
+
+class ExternalServer:
+    """A server the user runs (``serve.base_url``); ``reload_command`` loads a checkpoint.
+
+    The command is run through the shell with ``{checkpoint}`` and ``{model}``
+    replaced (quoted); the loop then waits for ``/v1/models`` to list the model.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        reload_command: str | None,
+        *,
+        startup_timeout_s: float = 600.0,
+        marker: str | None = None,
+    ) -> None:
+        self.base_url: str | None = base_url.rstrip("/")
+        self.reload_command = reload_command
+        self.startup_timeout_s = float(startup_timeout_s)
+        self.marker = marker
+
+    def start(self, model: str | Path, name: str, *, log_path: Path, stage: str) -> float:
+        """Run the reload command (if any) and wait for ``name``; seconds taken.
+
+        Raises:
+            LoopStageError: the command failed or the model never appeared.
+        """
+        started = time.perf_counter()
+        assert self.base_url is not None
+        if self.reload_command:
+            command = self.reload_command.format(
+                checkpoint=shlex.quote(str(model)), model=shlex.quote(name)
+            )
+            child = ChildProcess(
+                "reload command", ["/bin/sh", "-c", command], log_path=log_path, marker=self.marker
+            ).start()
+            code = child.wait()
+            child.stop()
+            if code != 0:
+                raise LoopStageError(
+                    f"{stage}: the reload command {describe_exit(code)}; see {log_path}"
+                )
+        _wait_ready(
+            self.base_url, name, self.startup_timeout_s, child=None, stage=stage, log=log_path
+        )
+        return time.perf_counter() - started
+
+    def stop(self) -> None:
+        """Nothing to stop: the server is the user's."""
+
+
+# ---------------------------------------------------------------------- training
+
+#: Built-in training templates (package data in ``replaystore/loop/templates``).
+TEMPLATES = {"text": "llamafactory_sft_text.yaml", "qwen2_vl": "llamafactory_sft_qwen2vl.yaml"}
+
+
+def template_text(name_or_path: str | Path | None, observation: str = "text") -> str:
+    """The YAML text of a training template: a file, a built-in name, or the default
+    for ``observation`` (``text``: full SFT of a text model; ``screenshot``: Qwen2-VL)."""
+    if name_or_path is None:
+        name_or_path = "text" if observation == "text" else "qwen2_vl"
+    if str(name_or_path) in TEMPLATES:
+        package = resources.files("replaystore.loop") / "templates"
+        return (package / TEMPLATES[str(name_or_path)]).read_text(encoding="utf-8")
+    return Path(name_or_path).read_text(encoding="utf-8")
+
+
+def training_arguments(
+    template: str,
+    *,
+    model: str | Path,
+    dataset_dir: Path,
+    dataset: str,
+    output_dir: Path,
+    overrides: Mapping[str, Any] | None = None,
+    has_images: bool = False,
+) -> dict[str, Any]:
+    """LLaMA-Factory's training arguments: the template, the overrides, then this
+    iteration's model, dataset and output directory (which always win).
+
+    With ``has_images``, ``media_dir`` is the dataset directory (the exporter writes
+    image paths relative to it) unless the template sets it.
+
+    Raises:
+        ConfigError: the template is not a YAML mapping, or an override names a key the
+            loop sets itself.
+    """
+    import yaml
+
+    try:
+        args = yaml.safe_load(template)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"the training template is not valid YAML: {exc}") from None
+    if not isinstance(args, dict):
+        raise ConfigError("the training template must be a YAML mapping of LLaMA-Factory keys")
+    owned = {
+        "model_name_or_path": str(model),
+        "dataset_dir": str(dataset_dir),
+        "dataset": dataset,
+        "output_dir": str(output_dir),
+    }
+    for key in overrides or {}:
+        if key in owned:
+            raise ConfigError(f"train.overrides.{key} is set by the loop each iteration; remove it")
+    args.update(dict(overrides or {}))
+    args.update(owned)
+    if has_images:
+        args.setdefault("media_dir", str(dataset_dir))
+    args.setdefault("overwrite_output_dir", True)
+    args.setdefault("report_to", "none")
+    args.setdefault("logging_steps", 1)
+    return args
+
+
+@dataclass(slots=True)
+class TrainResult:
+    """What one training run reported."""
+
+    checkpoint: Path
+    steps: int
+    loss_first: float | None
+    loss_last: float | None
+    seconds: float
+
+
+def read_losses(trainer_log: Path) -> list[float]:
+    """The ``loss`` values of LLaMA-Factory's ``trainer_log.jsonl`` (bad lines skipped)."""
+    losses = []
+    try:
+        lines = trainer_log.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        loss = record.get("loss") if isinstance(record, Mapping) else None
+        if isinstance(loss, int | float) and math.isfinite(loss):
+            losses.append(float(loss))
+    return losses
+
+
+def checkpoint_weights(directory: Path) -> list[Path]:
+    """The weight files of a saved model directory (empty: no weights)."""
+    found = [directory / n for n in WEIGHT_FILES if (directory / n).is_file()]
+    for index in WEIGHT_INDEXES:
+        path = directory / index
+        if path.is_file():
+            try:
+                shards = set(json.loads(path.read_text("utf-8"))["weight_map"].values())
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+            if shards and all((directory / s).is_file() for s in shards):
+                found.extend(directory / s for s in sorted(shards))
+    return [p for p in found if p.stat().st_size > 0]
+
+
+def run_training(
+    command: Sequence[str],
+    arguments: Mapping[str, Any],
+    *,
+    yaml_path: Path,
+    log_path: Path,
+    env: Mapping[str, str] | None,
+    marker: str | None,
+    stage: str,
+    on_child: Any = None,
+) -> TrainResult:
+    """Write ``arguments`` to ``yaml_path`` and run ``command train yaml_path``.
+
+    Args:
+        on_child: called with the :class:`ChildProcess` once it runs (the loop keeps
+            it to stop it on Ctrl-C).
+
+    Raises:
+        LoopStageError: the trainer exited non-zero, or wrote no weights (log named).
+    """
+    import yaml
+
+    atomic_write_text(yaml_path, yaml.safe_dump(dict(arguments), sort_keys=True))
+    output = Path(arguments["output_dir"])
+    started = time.perf_counter()
+    child = ChildProcess(
+        "trainer", [*command, "train", str(yaml_path)], log_path=log_path, env=env, marker=marker
+    )
+    child.start()
+    if on_child is not None:
+        on_child(child)
+    try:
+        code = child.wait()
+    finally:
+        child.stop()
+    seconds = time.perf_counter() - started
+    if code != 0:
+        last = tail(log_path)
+        raise LoopStageError(
+            f"{stage}: the trainer (llamafactory-cli) {describe_exit(code)}; see {log_path}"
+            + (f"\n{last}" if last else "")
+        )
+    if not checkpoint_weights(output):
+        raise LoopStageError(
+            f"{stage}: the trainer exited 0 but {output} holds no weights "
+            f"({', '.join(WEIGHT_FILES)}); see {log_path}"
+        )
+    losses = read_losses(output / "trainer_log.jsonl")
+    return TrainResult(
+        checkpoint=output,
+        steps=len(losses),
+        loss_first=losses[0] if losses else None,
+        loss_last=losses[-1] if losses else None,
+        seconds=seconds,
+    )
+
+
+# ---------------------------------------------------------------------- tiny model
+
+
+def make_tiny_model(
+    python: Path,
+    out: Path,
+    *,
+    corpus: Sequence[Path] = (),
+    layers: int = 4,
+    hidden: int = 256,
+    heads: int = 4,
+    vocab: int = 2048,
+    seed: int = 0,
+    log_path: Path | None = None,
+    marker: str | None = None,
+) -> dict[str, Any]:
+    """Build a tiny Qwen2 chat model in ``out`` with ``python`` (the LLaMA-Factory
+    environment's, which has transformers and tokenizers); its settings.
+
+    Runs ``replaystore/loop/tiny_model.py`` there as a script (see that module).
+
+    Raises:
+        LoopStageError: the script failed (its output or log is named).
+    """
+    script = resources.files("replaystore.loop") / "tiny_model.py"
+    argv = [
+        str(python),
+        str(script),
+        "--out",
+        str(out),
+        "--layers",
+        str(layers),
+        "--hidden",
+        str(hidden),
+        "--heads",
+        str(heads),
+        "--vocab",
+        str(vocab),
+        "--seed",
+        str(seed),
+    ]
+    for path in corpus:
+        argv += ["--corpus", str(path)]
+    log = log_path or out.parent / f"{out.name}.log"
+    child = ChildProcess("tiny model builder", argv, log_path=log, marker=marker).start()
+    try:
+        code = child.wait()
+    finally:
+        child.stop()
+    if code != 0:
+        raise LoopStageError(
+            f"model: building the tiny model {describe_exit(code)}; see {log}\n{tail(log)}"
+        )
+    try:
+        settings: dict[str, Any] = json.loads((out / "tiny_model.json").read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LoopStageError(
+            f"model: the tiny model in {out} has no tiny_model.json: {exc}"
+        ) from None
+    return settings
+
+
+def run_quiet(argv: Sequence[str], timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
+    """Run a short command, capturing its output (for tool checks)."""
+    return subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
+    )
