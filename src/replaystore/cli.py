@@ -1186,7 +1186,8 @@ def _parser() -> _Parser:
         "--part",
         action="append",
         help="run only this part (repeatable); default: all but the opt-in "
-        "'distributed' (Ray: pip install \"replaystore[ray]\")",
+        "'distributed' (Ray: pip install \"replaystore[ray]\") and 'loop' (LLaMA-Factory "
+        "and vLLM: bash .ci/install-loop-tools)",
     )
     demo.set_defaults(func=_cmd_demo)
 

@@ -13,7 +13,11 @@ this order, each in ``<out>/<part>/``:
   it is sampled;
 * ``distributed`` (opt-in, ``--part distributed``, needs the ``ray`` extra):
   Ape-X style Double DQN with CartPole actors in Ray feeding a sharded
-  prioritized buffer.
+  prioritized buffer;
+* ``loop`` (opt-in, ``--part loop``, needs the tool environments of
+  ``.ci/install-loop-tools``): WebGym's loop closed for real: demonstrations,
+  LLaMA-Factory training of a tiny model, vLLM serving it, the trained model
+  rolling out in the browser.
 """
 
 from __future__ import annotations
@@ -21,5 +25,6 @@ from __future__ import annotations
 __all__ = ["OPT_IN_PARTS", "PARTS"]
 
 PARTS: tuple[str, ...] = ("transitions", "trajectories", "experience")
-# Run only when named (``--part distributed``): they need an optional extra.
-OPT_IN_PARTS: tuple[str, ...] = ("distributed",)
+# Run only when named (``--part distributed``, ``--part loop``): they need an optional
+# extra or the loop's tool environments, and they take minutes.
+OPT_IN_PARTS: tuple[str, ...] = ("distributed", "loop")

@@ -63,9 +63,14 @@ DEFAULTS: dict[str, Any] = {
         # Iteration 0's data: "scripted" (the suite's scripted expert), a path to an
         # existing trajectory storage, or null (iteration 0 rolls out the model).
         "source": "scripted",
+        # The scripted expert's skill, and how many times it rolls out the tasks
+        # (each repeat seeded differently: its few mistakes vary, and so do histories).
         "mistake_rate": 0.0,
         "wrong_answer_rate": 0.0,
+        "repeats": 1,
     },
+    # The prompt (the same builder makes the rollouts' prompts and the buffer's rebuilds).
+    "prompt": {"history_window": 4, "max_ac_tree_chars": 4000},
     "model": {
         # The model iteration 0 trains (a Hugging Face model directory). null: build
         # a tiny Qwen2 in the run directory, its tokenizer trained on iteration 0's data.
@@ -112,7 +117,7 @@ DEFAULTS: dict[str, Any] = {
         "reload_command": None,
         "host": "127.0.0.1",
         "port": 0,
-        "max_model_len": 2048,
+        "max_model_len": 4096,
         "dtype": "float32",
         "startup_timeout_s": 600.0,
         "extra_args": [],
@@ -236,6 +241,9 @@ class LoopConfig:
             raise ConfigError(
                 f"bootstrap.source must be 'scripted', a path or null: {b['source']!r}"
             )
+        _int(b, "repeats", 1, "bootstrap.")
+        _int(d["prompt"], "history_window", 0, "prompt.")
+        _int(d["prompt"], "max_ac_tree_chars", 0, "prompt.")
         for key in ("mistake_rate", "wrong_answer_rate"):
             value = b[key]
             if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:

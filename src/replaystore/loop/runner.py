@@ -353,12 +353,18 @@ class LoopRunner:
         return TrajectoryStorage(self.storage_root)
 
     def _stage_rollout(self, k: int, tasks: list[Any], acting: Path | None) -> None:
+        """Roll out (or import) iteration ``k``'s trajectories into one iteration file.
+
+        Demonstrations may be rolled out ``bootstrap.repeats`` times (one rank file
+        each, the scripted expert seeded differently per repeat); the rank files are
+        then merged. A rank file already written by a killed run is kept, not redone.
+        """
         assert self.journal is not None
-        storage = self._storage()
-        number = k + 1
         if self.journal.done(k, "rollout"):
             return
-        if number in storage.iterations():
+        storage = self._storage()
+        number = k + 1
+        if self._merged(storage, number):
             # The loop died after the iteration file was written, before the journal was.
             self.journal.finish(k, "rollout", seconds=0.0, recovered=True)
             self.report(f"iteration {k}: rollout already stored ({storage.root}); not redone")
@@ -367,49 +373,76 @@ class LoopRunner:
         if acting is None and source not in (None, "scripted"):
             self._import_demonstrations(k, self.config.path(source))
             return
-        screenshots = self.out / "screenshots" / f"iteration_{number:06d}"
-        shutil.rmtree(screenshots, ignore_errors=True)  # an interrupted try's leftovers
+        repeats = self.config["bootstrap"]["repeats"] if acting is None else 1
         base_url = None
         if acting is not None:
             base_url = self._serve(k, acting, stage=f"serve (iteration {k})")
         started = _now()
+        steps = 0
+        statuses: Counter[str] = Counter()
+        timings: Counter[str] = Counter()
         try:
-            result = self._roll_out(
-                tasks,
-                storage,
-                number,
-                base_url=base_url,
-                screenshot_root=self.out / "screenshots",
-                metadata={
-                    "policy": "demonstrations" if acting is None else "model",
-                    "checkpoint": self.rel(acting),
-                    "loop_iteration": k,
-                },
-            )
+            for rank in range(repeats):
+                if any(f.iteration == number and f.rank == rank for f in storage.files()):
+                    continue  # stored before the loop was killed
+                folder = self.out / "screenshots" / f"iteration_{number:06d}" / f"rank{rank:03d}"
+                shutil.rmtree(folder, ignore_errors=True)  # an interrupted try's leftovers
+                result = self._roll_out(
+                    tasks,
+                    storage,
+                    number,
+                    rank=rank,
+                    base_url=base_url,
+                    screenshot_root=self.out / "screenshots",
+                    metadata={
+                        "policy": "demonstrations" if acting is None else "model",
+                        "checkpoint": self.rel(acting),
+                        "loop_iteration": k,
+                    },
+                )
+                error = getattr(result, "model_server_error", None)
+                if error:
+                    raise LoopStageError(
+                        f"rollout (iteration {k}): the model server failed: {error}; see "
+                        f"{self.out / 'logs' / f'serve-{k:03d}.log'}"
+                    )
+                if result.path is None:
+                    raise LoopStageError(f"rollout (iteration {k}): no trajectory was stored")
+                steps += result.steps
+                statuses.update(result.status_counts())
+                timings.update({key: float(v) for key, v in result.timings.items()})
         finally:
             if self.server is not None:
                 self.server.stop()
+        path = storage.merge_ranks(number)
         seconds = _now() - started
-        error = getattr(result, "model_server_error", None)
-        if error:
-            raise LoopStageError(f"rollout (iteration {k}): the model server failed: {error}")
-        if result.path is None:
-            raise LoopStageError(f"rollout (iteration {k}): no trajectory was stored")
-        timings = {key: round(float(v), 4) for key, v in result.timings.items()}
         self.journal.finish(
             k,
             "rollout",
             seconds=seconds,
-            steps=result.steps,
-            statuses=dict(result.status_counts()),
-            timings=timings,
-            file=self.rel(Path(result.path)),
+            steps=steps,
+            repeats=repeats,
+            statuses=dict(statuses),
+            timings={key: round(v, 4) for key, v in timings.items()},
+            file=self.rel(path),
         )
+        who = "the scripted expert" if acting is None else self.rel(acting)
+        times = f", {repeats} times" if repeats > 1 else ""
         self.report(
-            f"iteration {k}: rolled out {len(result.outcomes)} tasks with "
-            f"{'the scripted expert' if acting is None else self.rel(acting)} in {seconds:.1f} s "
-            f"({result.steps} steps)"
+            f"iteration {k}: rolled out {len(tasks)} tasks{times} with {who} in {seconds:.1f} s "
+            f"({steps} steps)"
         )
+
+    @staticmethod
+    def _merged(storage: Any, number: int) -> bool:
+        """Iteration ``number`` has its merged file (rank files a killed merge left are removed)."""
+        group = [f for f in storage.files() if f.iteration == number]
+        if not any(f.rank is None for f in group):
+            return False
+        for f in group:
+            if f.rank is not None:
+                f.path.unlink(missing_ok=True)
+        return True
 
     def _import_demonstrations(self, k: int, source: Path) -> None:
         """Iteration 0's trajectories copied from an existing storage (one iteration file)."""
@@ -467,17 +500,27 @@ class LoopRunner:
         assert self.server.base_url is not None
         return self.server.base_url
 
-    def _agent(self, base_url: str | None) -> Any:
-        from replaystore.rollouts.policy import OpenAIChatPolicy, WebAgent
-        from replaystore.rollouts.scripted import ScriptedPolicy
+    def _builder(self) -> Any:
+        """The prompt builder of every rollout and of the buffer's rebuilds."""
         from replaystore.trajectories.context import ConversationBuilder
 
+        p = self.config["prompt"]
+        return ConversationBuilder(
+            observation=self.config["observation"],
+            history_window=p["history_window"],
+            max_ac_tree_chars=p["max_ac_tree_chars"],
+        )
+
+    def _agent(self, base_url: str | None, rank: int = 0) -> Any:
+        from replaystore.rollouts.policy import OpenAIChatPolicy, WebAgent
+        from replaystore.rollouts.scripted import ScriptedPolicy
+
         cfg = self.config
-        builder = ConversationBuilder(observation=cfg["observation"])
+        builder = self._builder()
         if base_url is None:
             b = cfg["bootstrap"]
             policy: Any = ScriptedPolicy(
-                seed=cfg["seed"],
+                seed=cfg["seed"] + rank,
                 mistake_rate=b["mistake_rate"],
                 wrong_answer_rate=b["wrong_answer_rate"],
                 improvement=0.0,
@@ -501,6 +544,7 @@ class LoopRunner:
         storage: Any,
         number: int,
         *,
+        rank: int = 0,
         base_url: str | None,
         screenshot_root: Path,
         metadata: dict[str, Any],
@@ -514,7 +558,7 @@ class LoopRunner:
             from replaystore.rollouts.collector import RolloutCollector
             from replaystore.rollouts.evaluator import Evaluator
 
-            agent = self._agent(base_url)
+            agent = self._agent(base_url, rank)
             try:
                 async with BrowserPool(
                     r["workers"], viewport=tuple(r["viewport"]), cdp_urls=r["cdp"] or None
@@ -535,7 +579,7 @@ class LoopRunner:
                         handle_sigint=False,
                         trajectory_metadata=metadata,
                     )
-                    return await collector.run_iteration(tasks, number)
+                    return await collector.run_iteration(tasks, number, rank=rank)
             finally:
                 await agent.aclose()
 
@@ -563,7 +607,6 @@ class LoopRunner:
         if done:
             return bool(done.get("num_train"))
         from replaystore.trajectories import TrajectoryBuffer
-        from replaystore.trajectories.context import ConversationBuilder
         from replaystore.trajectories.export import export_llamafactory
 
         cfg = self.config
@@ -573,7 +616,7 @@ class LoopRunner:
             self.storage_root,
             # Steps stored without a prompt (an anti-bot page ends the task before the
             # model is asked) are rebuilt with the builder the rollouts used.
-            agent=ConversationBuilder(observation=cfg["observation"]),
+            agent=self._builder(),
             last_n_iterations=b["last_n_iterations"],
             filter_successful_only=b["filter_successful_only"],
             filter_same_screenshot=b["filter_same_screenshot"],
