@@ -40,3 +40,20 @@ def chromium() -> str | None:
         if not managed.exists():
             _no_browser(INSTALL_HINT)
     return path
+
+
+@pytest.fixture(scope="session")
+def real_tools() -> object:
+    """The real LLaMA-Factory and vLLM environments (``bash .ci/install-loop-tools``).
+
+    Skips with the set-up command when they are missing, except under ``CI=true``
+    (where ``.ci/run`` makes them), where it fails.
+    """
+    from replaystore.loop import ToolsMissingError, default_tools_dir, find_tools
+
+    try:
+        return find_tools(default_tools_dir())
+    except ToolsMissingError as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true and {exc}", pytrace=False)
+        pytest.skip(str(exc))

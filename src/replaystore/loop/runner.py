@@ -63,6 +63,7 @@ from .tools import (
     checkpoint_weights,
     find_tools,
     make_tiny_model,
+    read_losses,
     run_training,
     template_text,
     training_arguments,
@@ -754,8 +755,16 @@ class LoopRunner:
         output = self.checkpoint_dir(k)
         if checkpoint_weights(output):
             # Trained and renamed before the loop died: the journal was not written yet.
+            losses = read_losses(output / "trainer_log.jsonl")
             self.journal.finish(
-                k, "train", seconds=0.0, recovered=True, checkpoint=self.rel(output)
+                k,
+                "train",
+                seconds=0.0,
+                recovered=True,
+                steps=len(losses),
+                loss_first=losses[0] if losses else None,
+                loss_last=losses[-1] if losses else None,
+                checkpoint=self.rel(output),
             )
             self.report(f"iteration {k}: checkpoint {self.rel(output)} already trained; not redone")
             return
