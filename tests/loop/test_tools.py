@@ -266,3 +266,40 @@ def test_child_output_goes_to_its_log_with_a_header(tmp_path):
     child.stop()
     text = log.read_text()
     assert "==== " in text and "hello" in text and "oops" in text
+
+
+def test_external_server_runs_the_reload_command_then_waits_for_the_model(
+    tmp_path: Path,
+) -> None:
+    """``serve.base_url`` + ``reload_command``: the user's server, told to load a checkpoint."""
+    from replaystore.loop.tools import ExternalServer, LoopStageError, free_port
+
+    tools = make_fake_tools(tmp_path)
+    port = free_port()
+    server = ChildProcess(
+        "user's server",
+        [str(tools / "vllm" / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
+         "--model", "m", "--served-model-name", "ckpt-7", "--host", "127.0.0.1",
+         "--port", str(port)],
+        log_path=tmp_path / "server.log",
+    ).start()  # fmt: skip
+    try:
+        told = tmp_path / "told.txt"
+        external = ExternalServer(
+            f"http://127.0.0.1:{port}/v1",
+            f"echo {{checkpoint}} {{model}} > {told}",
+            startup_timeout_s=30,
+        )
+        checkpoint = tmp_path / "checkpoints" / "007 with space"
+        external.start(checkpoint, "ckpt-7", log_path=tmp_path / "reload.log", stage="serve")
+        assert told.read_text().split() == [*str(checkpoint).split(), "ckpt-7"]
+        with pytest.raises(LoopStageError, match=r"serve: the model server .* 'other'"):
+            ExternalServer(f"http://127.0.0.1:{port}/v1", None, startup_timeout_s=1).start(
+                checkpoint, "other", log_path=tmp_path / "r2.log", stage="serve"
+            )
+        with pytest.raises(LoopStageError, match="reload command exited with status 3"):
+            ExternalServer(f"http://127.0.0.1:{port}/v1", "exit 3").start(
+                checkpoint, "ckpt-7", log_path=tmp_path / "r3.log", stage="serve"
+            )
+    finally:
+        server.stop()
