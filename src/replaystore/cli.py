@@ -30,6 +30,7 @@ import datetime as dt
 import difflib
 import importlib
 import importlib.metadata
+import itertools
 import json
 import logging
 import math
@@ -891,6 +892,8 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
         f"({counts}), success {100 * result.success_rate:.0f}%, {result.steps} steps, "
         f"{result.steps_per_second:.2f} steps/s"
     )
+    if result.blocklist_skipped:
+        print(_blocklist_skip_line(result.blocklist_skipped, Path(args.out)))
     if result.blocked_sites:
         print(f"blocked (added to the blocklist): {', '.join(result.blocked_sites)}")
     if result.path is not None:
@@ -898,6 +901,49 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
     if result.interrupted:
         print("interrupted: finished trajectories were saved", file=sys.stderr)
         return 130
+    return 0
+
+
+def _blocklist_skip_line(skipped: dict[str, int], out: Path) -> str:
+    """How many tasks the blocklist left out, of which sites, and how to clear an entry."""
+    sites = ", ".join(f"{site} ({n})" for site, n in skipped.items())
+    file = out / "blocklist.jsonl"
+    return (
+        f"skipped {sum(skipped.values())} tasks on the blocklist: {sites}; clear with: "
+        f"replaystore blocklist remove SITE --file {file} (or: replaystore blocklist clear "
+        f"--file {file})"
+    )
+
+
+def _cmd_blocklist(args: argparse.Namespace) -> int:
+    from replaystore.pipeline.blocklist import Blocklist, _entry_site
+
+    target = Path(args.file)
+    if target.is_dir() and not (target / "blocklist.jsonl").exists():
+        raise _UsageError(f"{target} holds no blocklist.jsonl")
+    if not target.is_dir() and not target.exists():
+        raise _UsageError(f"{target} does not exist")
+    blocklist = Blocklist(target)
+    if args.action == "list":
+        entries = blocklist.entries(include_expired=args.all)
+        for site in sorted({_entry_site(e) for e in entries}):
+            times = [e.get("blocked_at", "?") for e in entries if _entry_site(e) == site]
+            print(f"{site}\t{len(times)} entries, last {max(map(str, times))}")
+        if not entries:
+            print(f"no {'entries' if args.all else 'blocked sites'} in {blocklist.path}")
+        return 0
+    if args.action == "remove":
+        if not args.site:
+            raise _UsageError("remove needs a SITE (as 'replaystore blocklist list' shows it)")
+        try:
+            removed = blocklist.remove(args.site)
+        except ValueError as exc:
+            raise _UsageError(str(exc)) from None
+        print(f"removed {removed} entries of {args.site} from {blocklist.path}")
+        return 0
+    if args.site:
+        raise _UsageError("clear takes no SITE")
+    print(f"removed {blocklist.clear()} entries from {blocklist.path}")
     return 0
 
 
@@ -1381,14 +1427,39 @@ def _parser() -> _Parser:
         help="what the model is shown: 'screenshot' (default: screenshot, accessibility tree "
         "and URL) or 'text' (accessibility tree and URL; for a text-only model)",
     )
-    ro.add_argument("--workers", type=int, default=4, help="browser contexts at once (default 4)")
+    ro.add_argument(
+        "--workers", type=_int_at_least(1), default=4, help="browser contexts at once (default 4)"
+    )
     ro.add_argument("--iteration", type=int, help="iteration number (default: the next one)")
     ro.add_argument("--rank", type=int, default=0, help="this process's rank (default 0)")
-    ro.add_argument("--max-tasks", type=int, help="roll out only the first N tasks")
+    ro.add_argument(
+        "--max-tasks",
+        type=_int_at_least(1),
+        help="roll out only the first N tasks not on the blocklist",
+    )
     ro.add_argument("--cdp", action="append", metavar="URL", help="CDP endpoint (repeatable)")
     ro.add_argument("--out", required=True, help="run directory")
     ro.add_argument("--logger", choices=("none", "wandb", "tensorboard"), default="none")
     ro.set_defaults(func=_cmd_rollout)
+
+    bl = sub.add_parser(
+        "blocklist",
+        help="list or clear the sites a rollout's blocklist leaves out",
+        description="Show or edit a blocklist (RUN/blocklist.jsonl): 'list' prints the blocked "
+        "sites (scheme://host:port), 'remove SITE' deletes the entries of one site (a bare "
+        "host: every entry of that host), 'clear' deletes every entry. Safe while rollouts "
+        "run (the file is locked).",
+    )
+    bl.add_argument("action", choices=("list", "remove", "clear"))
+    bl.add_argument("site", nargs="?", metavar="SITE", help="the site to remove (remove only)")
+    bl.add_argument(
+        "--file",
+        required=True,
+        metavar="PATH",
+        help="the blocklist file, or the run directory that holds blocklist.jsonl",
+    )
+    bl.add_argument("--all", action="store_true", help="list: expired entries too")
+    bl.set_defaults(func=_cmd_blocklist)
 
     loop = sub.add_parser(
         "loop",
@@ -1482,7 +1553,13 @@ def _one_line(exc: BaseException) -> str:
         target = f"{exc.filename} -> {exc.filename2}" if exc.filename2 else str(exc.filename)
         return f"{target}: {exc.strerror}"
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return "; ".join(lines) or type(exc).__name__
+    if not lines:
+        return type(exc).__name__
+    # A line ending in ":" introduces the next ("nothing was written: sample 3: ...").
+    text = lines[0]
+    for before, line in itertools.pairwise(lines):
+        text += (" " if before.endswith(":") else "; ") + line
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:

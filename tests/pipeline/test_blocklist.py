@@ -16,6 +16,7 @@ from replaystore.pipeline.blocklist import (
     BlocklistManager,
     blocked_domain_set,
     normalize_domain,
+    normalize_site,
 )
 
 HOUR = 3600.0
@@ -107,14 +108,17 @@ def test_a_later_entry_extends_the_block(tmp_path: Path) -> None:
 def test_url_variants_of_a_blocked_site_are_blocked(tmp_path: Path) -> None:
     blocklist = Blocklist(tmp_path / "b.jsonl")
     blocklist.record_blocked_website("https://www.example.com/login")
-    for url in ["example.com", "http://EXAMPLE.com:80/x", "https://user@www.example.com./"]:
+    for url in ["example.com", "https://EXAMPLE.com:443/x", "https://user@www.example.com./"]:
         assert blocklist.is_website_blocked(url), url
     assert "https://example.com" in blocklist
+    assert not blocklist.is_website_blocked("http://example.com/")  # port 80: another site
 
 
-def test_subdomains_of_a_blocked_domain_are_blocked_but_not_parents(tmp_path: Path) -> None:
+def test_subdomains_are_blocked_only_when_asked_and_never_parents(tmp_path: Path) -> None:
     blocklist = Blocklist(tmp_path / "b.jsonl")
     blocklist.record_blocked_website("https://example.com/")
+    assert not blocklist.is_website_blocked("https://m.example.com/")
+    blocklist.record_blocked_website("https://example.com/", subdomains=True)
     blocklist.record_blocked_website("https://shop.other.org/")
     assert blocklist.is_website_blocked("https://m.example.com/")
     assert blocklist.is_website_blocked("a.b.example.com")
@@ -220,6 +224,7 @@ def test_stats_counts_entries_and_blocked_domains(tmp_path: Path) -> None:
         "currently_blocked": 2,
         "expired_entries": 1,
         "blocked_domains": ["a.com", "b.com"],
+        "blocked_sites": ["a.com", "b.com", "https://a.com:443"],
     }
 
 
@@ -287,3 +292,58 @@ def test_clean_expired_racing_with_appends_loses_no_unexpired_entry(tmp_path: Pa
     assert removed == stale_written
     assert {e["task_id"] for e in entries} == {f"{w}-{i}" for w in range(3) for i in range(count)}
     assert len(entries) == 3 * count
+
+
+# -- sites: scheme, host and port (issue 23, item 3) -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "site"),
+    [
+        ("http://localhost:18432/forbidden", "http://localhost:18432"),
+        ("https://WWW.Example.com/a?q", "https://example.com:443"),
+        ("http://shop.localhost/", "http://shop.localhost:80"),
+        ("http://[::1]:8080/", "http://[::1]:8080"),
+        ("example.com:8080", "example.com:8080"),
+    ],
+)
+def test_normalize_site_keeps_scheme_host_and_port(url: str, site: str) -> None:
+    assert normalize_site(url) == site
+
+
+def test_one_wall_on_one_port_blocks_only_that_site(tmp_path: Path) -> None:
+    blocklist = Blocklist(tmp_path / "b.jsonl")
+    entry = blocklist.record_blocked_website("http://localhost:18432/forbidden")
+    assert entry["site"] == "http://localhost:18432" and entry["domain"] == "localhost"
+    assert blocklist.is_website_blocked("http://localhost:18432/other")
+    for url in [
+        "http://localhost:5000/",
+        "http://shop.localhost:1234/",
+        "http://127.0.0.1:5000/",
+        "http://shop.localhost:18432/",
+    ]:
+        assert not blocklist.is_website_blocked(url), url
+    assert blocklist.get_blocked_sites() == ["http://localhost:18432"]
+
+
+def test_an_old_host_only_entry_still_blocks_every_port_and_subdomain(tmp_path: Path) -> None:
+    path = tmp_path / "blocklist.jsonl"
+    path.write_text(json.dumps({"domain": "localhost", "timestamp": 1e12}) + "\n")
+    blocklist = Blocklist(path, clock=lambda: 1e12)
+    assert blocklist.is_website_blocked("http://localhost:5000/")
+    assert blocklist.is_website_blocked("http://shop.localhost:1234/")
+    assert not blocklist.is_website_blocked("http://127.0.0.1:5000/")
+
+
+def test_remove_deletes_one_site_and_clear_deletes_all(tmp_path: Path) -> None:
+    blocklist = Blocklist(tmp_path / "b.jsonl")
+    blocklist.record_blocked_website("http://localhost:18432/x")
+    blocklist.record_blocked_website("http://localhost:18432/y")
+    blocklist.record_blocked_website("http://localhost:5000/")
+    assert blocklist.remove("http://localhost:18432") == 2
+    assert blocklist.get_blocked_sites() == ["http://localhost:5000"]
+    assert blocklist.remove("http://localhost:18432") == 0
+    blocklist.record_blocked_website("https://example.com/")
+    assert blocklist.remove("example.com") == 1  # a bare host: all its entries
+    assert blocklist.clear() == 1
+    assert blocklist.entries(include_expired=True) == []

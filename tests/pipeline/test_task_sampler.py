@@ -276,9 +276,19 @@ def test_blocked_websites_are_never_drawn_for_train() -> None:
     tasks = [
         make_task(i, website) for i, website in enumerate(["a.com", "shop.b.com", "c.com"] * 5)
     ]
-    sampler = TaskSampler(tasks, blocklist={"https://www.b.com/", "c.com"})
+    sampler = TaskSampler(tasks, blocklist={"b.com", "c.com"})  # bare hosts: + subdomains
     for seed in range(5):
         assert {t.website for t in sampler.sample_train(5, seed=seed)} == {"a.com"}
+
+
+def test_a_blocked_site_on_one_port_leaves_the_other_ports_drawable(tmp_path: Path) -> None:
+    sites = ["http://localhost:18432/", "http://localhost:5000/", "http://shop.localhost:1234/"]
+    tasks = [make_task(i, website) for i, website in enumerate(sites * 3)]
+    blocklist = Blocklist(tmp_path / "blocklist.jsonl")
+    blocklist.record_blocked_website("http://localhost:18432/forbidden")
+    sampler = TaskSampler(tasks, blocklist=blocklist)
+    drawn = {t.website for t in sampler.sample_train(9, seed=0)}
+    assert drawn == set(sites[1:])
 
 
 def test_blocklist_is_read_at_each_draw(tmp_path: Path) -> None:

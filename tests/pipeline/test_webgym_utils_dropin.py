@@ -402,7 +402,7 @@ def test_blocklist_manager_replays_rollout_and_async_webgym_calls(tmp_path) -> N
         url="https://www.shop.example/cart", task_id="7", screenshot_path="/s/7.png"
     )
     assert blocklist_manager.get_blocked_domains() == {"shop.example"}
-    assert blocklist_manager.is_website_blocked("http://shop.example/other")
+    assert blocklist_manager.is_website_blocked("https://shop.example/other")
     stats = blocklist_manager.get_blocklist_stats()
     assert stats["total_entries"] == 1 and stats["currently_blocked"] == 1
     assert stats["blocked_domains"] == ["shop.example"]

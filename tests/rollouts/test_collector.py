@@ -165,8 +165,10 @@ def test_anti_bot_site_is_blocked_and_left_out_of_the_next_sample(
     for outcome in blocked:
         assert len(outcome.trajectory) == 1 and outcome.trajectory[0]["reward"].is_blocked
         assert "HTTP 403" in outcome.error
-    assert result.blocked_sites == ["botwall.localhost"]
+    (site,) = result.blocked_sites
+    assert site.startswith("http://botwall.localhost:")  # scheme, host and port
     blocklist: Blocklist = rollout["blocklist"]
+    assert blocklist.get_blocked_sites() == [site]
     assert blocklist.get_blocked_domains() == {"botwall.localhost"}
     sampler = TaskSampler(rollout["tasks"], blocklist=blocklist, seed=0)
     drawn = sampler.sample_train(len(rollout["tasks"]) - 2, seed=1)

@@ -23,14 +23,25 @@ websites when it draws training tasks. API of WebGym's ``BlocklistManager``
   ``clock`` you pass, :func:`time.time` by default) and ``blocked_at`` (the same
   instant as ISO 8601 UTC, for people). Files written by WebGym (naive local
   ``blocked_at`` only) are read too.
-* **Domains.** See :func:`normalize_domain` and :meth:`Blocklist.is_website_blocked`
-  (a blocked domain also blocks its subdomains).
+* **Sites, not hosts.** An entry blocks one *site*: scheme, host and port
+  (:func:`normalize_site`: ``http://localhost:18432``), because WebArena-style
+  environments serve one site per port on one host, and a wall on one of them
+  says nothing about the others. Subdomains are blocked only when the entry
+  asks (``record_blocked_website(url, subdomains=True)``). WebGym blocks the
+  host on every port and every subdomain. Entries with a ``domain`` and no
+  ``site`` (written by WebGym, or by replaystore before sites) keep that meaning:
+  they block their host on every port, and its subdomains. See
+  :meth:`Blocklist.is_website_blocked`.
 
 Entry format (one JSON object per line)::
 
-    {"domain": "example.com", "url": "https://www.example.com/cart",
+    {"site": "https://example.com:443", "subdomains": false,
+     "domain": "example.com", "url": "https://www.example.com/cart",
      "timestamp": 1767225600.0, "blocked_at": "2026-01-01T00:00:00+00:00",
      "task_id": "42", "screenshot_path": "shots/42_3.png"}
+
+Clear entries with :meth:`Blocklist.remove` and :meth:`Blocklist.clear`, or from
+the shell: ``replaystore blocklist list|remove SITE|clear --file RUN/blocklist.jsonl``.
 
 POSIX only (``fcntl``).
 """
@@ -46,6 +57,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -55,9 +67,14 @@ from replaystore.errors import StorageError
 
 __all__ = [
     "Blocklist",
+    "SiteRule",
     "blocked_domain_set",
+    "blocked_site_rules",
+    "blocking_rule",
     "domain_is_blocked",
     "normalize_domain",
+    "normalize_site",
+    "site_is_blocked",
 ]
 
 logger = logging.getLogger("replaystore.pipeline.blocklist")
@@ -103,6 +120,131 @@ def normalize_domain(url: str) -> str:
     if host.startswith("www.") and "." in host[4:]:
         host = host[4:]
     return host
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _site_parts(url: str) -> tuple[str | None, str, int | None]:
+    """``(scheme or None, normalised host, port or None)`` of a URL or bare host.
+
+    The port is the explicit one, else the scheme's default (80, 443); None when
+    neither is known (a bare host such as ``example.com``).
+
+    Raises:
+        ValueError: no host, or a port that is not a number in 0-65535.
+    """
+    host = normalize_domain(url)
+    text = url.strip()
+    parsed = urlsplit(text if "://" in text else "//" + text)
+    scheme = parsed.scheme.lower() or None
+    try:
+        port = parsed.port
+    except ValueError:
+        raise ValueError(f"{url!r} has a bad port") from None
+    if port is None and scheme is not None:
+        port = _DEFAULT_PORTS.get(scheme)
+    return scheme, host, port
+
+
+def normalize_site(url: str) -> str:
+    """The site of ``url``: ``scheme://host:port``, the key a new blocklist entry stores.
+
+    The host is normalised as by :func:`normalize_domain` (so ``www.`` and case do
+    not matter); the port is explicit, or the scheme's default (80 for http, 443
+    for https). A bare host has no scheme: ``example.com`` -> ``example.com``,
+    ``example.com:8080`` -> ``example.com:8080``.
+
+    Examples: ``http://localhost:18432/forbidden`` -> ``http://localhost:18432``;
+    ``https://WWW.Example.com/a`` -> ``https://example.com:443``.
+
+    Raises:
+        ValueError: ``url`` has no host or a bad port.
+    """
+    scheme, host, port = _site_parts(url)
+    shown = f"[{host}]" if ":" in host else host
+    site = shown if port is None else f"{shown}:{port}"
+    return site if scheme is None else f"{scheme}://{site}"
+
+
+@dataclass(frozen=True, slots=True)
+class SiteRule:
+    """What one blocklist entry blocks.
+
+    Attributes:
+        host: the normalised host.
+        scheme: the scheme, or None (any scheme).
+        port: the port, or None (any port).
+        subdomains: whether subdomains of ``host`` are blocked too.
+    """
+
+    host: str
+    scheme: str | None = None
+    port: int | None = None
+    subdomains: bool = False
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> SiteRule:
+        """The rule of an entry: its ``site`` (and ``subdomains`` flag), or for an
+        entry with only a ``domain`` (written by WebGym, or before sites) that
+        host on every port, subdomains included, as such entries always meant."""
+        site = entry.get("site")
+        if isinstance(site, str):
+            with contextlib.suppress(ValueError):
+                scheme, host, port = _site_parts(site)
+                return cls(host, scheme, port, bool(entry.get("subdomains", False)))
+        return cls(normalize_domain(entry["domain"]), None, None, True)
+
+    @classmethod
+    def parse(cls, site: str) -> SiteRule:
+        """A rule from text: a URL or ``host:port`` blocks that site; a bare host
+        (no scheme, no port) blocks the host on every port and its subdomains,
+        as a WebGym domain does.
+
+        Raises:
+            ValueError: no host or a bad port.
+        """
+        scheme, host, port = _site_parts(site)
+        if scheme is None and port is None:
+            return cls(host, None, None, True)
+        return cls(host, scheme, port, False)
+
+    @property
+    def site(self) -> str:
+        """The rule as text (``http://localhost:18432``, or a bare host for an old
+        entry): what ``Blocklist.remove`` and ``replaystore blocklist remove`` take."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        site = host if self.port is None else f"{host}:{self.port}"
+        return site if self.scheme is None else f"{self.scheme}://{site}"
+
+    def matches(self, scheme: str | None, host: str, port: int | None) -> bool:
+        """Whether a URL's parts (as :func:`normalize_site` reads them) fall under the rule.
+
+        An unknown scheme or port on either side (None) matches any."""
+        if host != self.host and not (self.subdomains and host.endswith("." + self.host)):
+            return False
+        if self.scheme is not None and scheme is not None and scheme != self.scheme:
+            return False
+        return self.port is None or port is None or port == self.port
+
+
+def blocking_rule(url: str, rules: Iterable[SiteRule]) -> SiteRule | None:
+    """The first of ``rules`` that ``url`` falls under, or None.
+
+    Raises:
+        ValueError: ``url`` has no host.
+    """
+    parts = _site_parts(url)
+    return next((rule for rule in rules if rule.matches(*parts)), None)
+
+
+def site_is_blocked(url: str, rules: Iterable[SiteRule]) -> bool:
+    """Whether ``url`` falls under one of ``rules`` (see :meth:`SiteRule.matches`).
+
+    Raises:
+        ValueError: ``url`` has no host.
+    """
+    return blocking_rule(url, rules) is not None
 
 
 def _suffixes(domain: str) -> Iterator[str]:
@@ -251,9 +393,14 @@ class Blocklist:
     # -- public API ----------------------------------------------------------------
 
     def record_blocked_website(
-        self, url: str, task_id: Any = None, screenshot_path: str | os.PathLike[str] | None = None
+        self,
+        url: str,
+        task_id: Any = None,
+        screenshot_path: str | os.PathLike[str] | None = None,
+        *,
+        subdomains: bool = False,
     ) -> dict[str, Any]:
-        """Append one entry blocking the domain of ``url`` from now on.
+        """Append one entry blocking the site of ``url`` (scheme, host, port) from now on.
 
         Safe to call from many processes at once: the entry is written as one
         complete line with a single ``write()`` under an exclusive lock.
@@ -262,10 +409,11 @@ class Blocklist:
             url: the page (or bare domain) that blocked the agent.
             task_id: the task that hit the block (any JSON value; stored as given).
             screenshot_path: screenshot of the block page (stored as a string).
+            subdomains: block the subdomains of the host too (same scheme and port).
 
         Returns:
-            The entry written (``domain``, ``url``, ``timestamp``, ``blocked_at``,
-            ``task_id``, ``screenshot_path``).
+            The entry written (``site``, ``subdomains``, ``domain``, ``url``,
+            ``timestamp``, ``blocked_at``, ``task_id``, ``screenshot_path``).
 
         Raises:
             ValueError: ``url`` has no host, or ``task_id`` holds NaN/inf.
@@ -274,9 +422,12 @@ class Blocklist:
 
         Cost: one small write, plus one disk flush when ``fsync``.
         """
+        site = normalize_site(url)
         domain = normalize_domain(url)
         now = float(self.clock())
         entry = {
+            "site": site,
+            "subdomains": bool(subdomains),
             "domain": domain,
             "url": url,
             "timestamp": now,
@@ -285,7 +436,7 @@ class Blocklist:
             "screenshot_path": None if screenshot_path is None else os.fspath(screenshot_path),
         }
         self._append_entry(entry)
-        logger.info("blocked website %s recorded (task %s)", domain, task_id)
+        logger.info("blocked website %s recorded (task %s)", site, task_id)
         return entry
 
     def _append_entry(self, entry: dict[str, Any]) -> None:
@@ -328,22 +479,67 @@ class Blocklist:
         """
         return {e["domain"] for e in self.entries()}
 
-    def is_website_blocked(self, url: str) -> bool:
-        """Whether ``url``'s domain, or a parent domain of it, is currently blocked.
+    def get_blocked_sites(self) -> list[str]:
+        """The sites of the unexpired entries, sorted (:func:`normalize_site` form;
+        an entry with only a domain gives its domain)."""
+        return sorted({_entry_site(e) for e in self.entries()})
 
-        Subdomain rule: an entry for ``example.com`` blocks ``example.com`` and
-        every subdomain (``shop.example.com``, ``a.b.example.com``), because an
-        anti-bot wall usually covers a whole site. An entry for
-        ``shop.example.com`` does *not* block ``example.com`` or
-        ``news.example.com``: without the public-suffix list we cannot tell a
-        site's registered domain from a shared suffix like ``co.uk``, so we
-        never widen a block upwards. ``www.`` is never significant
-        (see :func:`normalize_domain`).
+    def rules(self) -> list[SiteRule]:
+        """What the unexpired entries block, one :class:`SiteRule` each."""
+        return list(dict.fromkeys(SiteRule.from_entry(e) for e in self.entries()))
+
+    def is_website_blocked(self, url: str) -> bool:
+        """Whether ``url``'s site is currently blocked.
+
+        An entry with a ``site`` (every entry recorded now) blocks that scheme,
+        host and port only: after a wall at ``http://localhost:18432/x``,
+        ``http://localhost:5000/`` and ``http://shop.localhost:18432/`` are not
+        blocked. With ``subdomains`` it blocks the subdomains of its host too
+        (``shop.example.com`` under ``example.com``; never upwards, never
+        ``badexample.com``). An entry with only a ``domain`` (WebGym's, or older)
+        blocks its host on every port and every subdomain, as before. A ``url``
+        without scheme or port (``example.com``) matches entries of its host on
+        any port. ``www.`` is never significant (see :func:`normalize_domain`).
 
         Raises:
             ValueError: ``url`` has no host.
         """
-        return domain_is_blocked(normalize_domain(url), self.get_blocked_domains())
+        return site_is_blocked(url, self.rules())
+
+    def remove(self, site: str) -> int:
+        """Delete the entries of ``site`` (expired ones too); returns how many.
+
+        ``site`` is a URL or ``scheme://host:port`` (entries of that site), or a
+        bare host (every entry of that host, on any port). Atomic, under the
+        exclusive lock, as :meth:`clean_expired_entries`.
+
+        Raises:
+            ValueError: ``site`` has no host.
+            StorageError: the file cannot be read or written.
+        """
+        target = SiteRule.parse(site)
+        with self._locked(exclusive=True):
+            self._cache_key = None
+            entries = self._read_unlocked()
+            keep = [e for e in entries if not _entry_is(e, target)]
+            removed = len(entries) - len(keep)
+            if removed:
+                self._rewrite_unlocked(keep)
+        logger.info("blocklist %s: removed %d entries of %s", self.path, removed, site)
+        return removed
+
+    def clear(self) -> int:
+        """Delete every entry; returns how many there were (expired ones included).
+
+        Raises:
+            StorageError: the file cannot be read or written.
+        """
+        with self._locked(exclusive=True):
+            self._cache_key = None
+            entries = self._read_unlocked()
+            if entries or self._skipped:
+                self._rewrite_unlocked([])
+        return len(entries)
 
     def clean_expired_entries(self) -> int:
         """Rewrite the file without its expired (and unreadable) entries, atomically.
@@ -390,7 +586,8 @@ class Blocklist:
 
     def stats(self) -> dict[str, Any]:
         """Counts for logging: ``total_entries`` (in the file), ``currently_blocked``
-        (distinct unexpired domains), ``expired_entries``, ``blocked_domains`` (sorted).
+        (distinct unexpired domains), ``expired_entries``, ``blocked_domains`` and
+        ``blocked_sites`` (sorted).
         """
         everything = self.entries(include_expired=True)
         now = float(self.clock())
@@ -402,6 +599,9 @@ class Blocklist:
             "currently_blocked": len(active),
             "expired_entries": expired,
             "blocked_domains": sorted(active),
+            "blocked_sites": sorted(
+                {_entry_site(e) for e in everything if self._is_active(e, now, duration)}
+            ),
         }
 
     def get_blocklist_stats(self) -> dict[str, Any]:
@@ -419,6 +619,42 @@ def __getattr__(name: str) -> Any:
 
         return BlocklistManager
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _entry_site(entry: dict[str, Any]) -> str:
+    site = entry.get("site")
+    return site if isinstance(site, str) else str(entry["domain"])
+
+
+def _entry_is(entry: dict[str, Any], target: SiteRule) -> bool:
+    """Whether ``entry`` is one of the entries ``target`` names (for :meth:`Blocklist.remove`)."""
+    try:
+        rule = SiteRule.from_entry(entry)
+    except ValueError:
+        return False
+    if target.port is None and target.scheme is None:  # a bare host: all its entries
+        return rule.host == target.host
+    return (rule.host, rule.scheme, rule.port) == (target.host, target.scheme, target.port)
+
+
+def blocked_site_rules(blocked: Blocklist | Iterable[str] | None) -> tuple[SiteRule, ...]:
+    """What ``blocked`` blocks: a :class:`Blocklist`'s unexpired rules, or one
+    :meth:`SiteRule.parse` rule per string (a bare host blocks the host on every
+    port and its subdomains; a URL or ``host:port`` blocks that site).
+
+    Raises:
+        TypeError: ``blocked`` is a single string.
+        ValueError: a string has no host.
+    """
+    if blocked is None:
+        return ()
+    if isinstance(blocked, Blocklist):
+        return tuple(blocked.rules())
+    if isinstance(blocked, str):
+        raise TypeError(
+            "blocked websites must be a Blocklist or a collection of domains, not a str"
+        )
+    return tuple(dict.fromkeys(SiteRule.parse(d) for d in blocked))
 
 
 def blocked_domain_set(blocked: Blocklist | Iterable[str] | None) -> frozenset[str]:

@@ -6,10 +6,11 @@ the task set loaded once from JSONL, CSV or Parquet files (or given as
 
 Train split, exactly (``TaskSampler.sample_train(n, strategy=..., seed=...)``):
 
-1. **Eligible tasks.** Drop tasks whose website is blocked: the website's
-   normalised domain (:func:`~replaystore.pipeline.blocklist.normalize_domain`)
-   or a parent domain of it is in the blocklist (a :class:`Blocklist`, read at
-   each call, or a fixed set of domains).
+1. **Eligible tasks.** Drop tasks whose website is blocked: the website's site
+   (scheme, host, port) falls under an entry of the blocklist (a
+   :class:`Blocklist`, read at each call, or a fixed collection of sites and
+   domains; see :meth:`Blocklist.is_website_blocked
+   <replaystore.pipeline.blocklist.Blocklist.is_website_blocked>`).
 2. **Weights.** Each eligible task gets ``(1 / m_site) * L[level]``: the websites
    of the pool being drawn from each get the same total mass, split equally
    among their ``m_site`` eligible tasks ("uniform over websites"), and that
@@ -73,9 +74,10 @@ from numpy.typing import NDArray
 from replaystore.errors import ArgumentError, SchemaError
 from replaystore.pipeline.blocklist import (
     Blocklist,
-    blocked_domain_set,
-    domain_is_blocked,
+    SiteRule,
+    blocked_site_rules,
     normalize_domain,
+    site_is_blocked,
 )
 from replaystore.pipeline.task_history import (
     MAX_ATTEMPT_LEVEL,
@@ -378,7 +380,8 @@ class TaskSampler:
             ``attempt_level``. The history is read at every draw, so updating it
             between draws changes the weights.
         blocklist: websites never drawn for train: a :class:`Blocklist` (its
-            unexpired domains, read at every draw) or domains/URLs (normalised once).
+            unexpired entries, read at every draw) or sites/domains/URLs (a bare
+            domain blocks its host on every port and its subdomains).
         level_weights: overrides of the default weight per attempt level.
         seed: seeds the sampler's own generator, used by draws that pass no seed
             (successive draws then differ, reproducibly).
@@ -408,7 +411,9 @@ class TaskSampler:
         self.tasks: tuple[Task, ...] = tuple(loaded)
         self.history = history
         self._blocklist = blocklist if isinstance(blocklist, Blocklist) else None
-        self._fixed_blocked = None if self._blocklist is not None else blocked_domain_set(blocklist)
+        self._fixed_blocked: tuple[SiteRule, ...] | None = (
+            None if self._blocklist is not None else blocked_site_rules(blocklist)
+        )
         self._level_table = level_weight_table(level_weights)
         self._seeded = seed is not None
         self._rng = as_generator(seed)
@@ -505,15 +510,19 @@ class TaskSampler:
 
         Cost: one blocklist read plus O(websites) set look-ups.
         """
-        blocked = (
-            blocked_domain_set(self._blocklist)
+        rules = (
+            blocked_site_rules(self._blocklist)
             if self._blocklist is not None
             else self._fixed_blocked
         )
-        if not blocked:
+        if not rules:
             return np.zeros(len(self.tasks), dtype=bool)
-        site_blocked = np.array([domain_is_blocked(s, blocked) for s in self.websites], dtype=bool)
-        return site_blocked[self._site]
+        # Ports matter (one site per port), so match each distinct website string.
+        urls, which = np.unique(
+            np.array([t.website for t in self.tasks], dtype=object), return_inverse=True
+        )
+        blocked = np.array([site_is_blocked(u, rules) for u in urls.tolist()], dtype=bool)
+        return blocked[which.reshape(-1)]
 
     def _pool_weights(
         self, pool: NDArray[np.int64], level_w: NDArray[np.float64], weighted: bool

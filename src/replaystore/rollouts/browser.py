@@ -453,15 +453,37 @@ async def accessibility_tree(page: Any) -> str:
     return str(await page.evaluate(_AC_TREE_JS))
 
 
+#: Markup and scripts of known anti-bot challenges (reCAPTCHA, hCaptcha, Cloudflare).
+CHALLENGE_SELECTOR = ", ".join(
+    (
+        ".g-recaptcha",
+        ".h-captcha",
+        ".cf-turnstile",
+        "#challenge-form",
+        "#cf-challenge-running",
+        "#challenge-running",
+        "iframe[src*='recaptcha']",
+        "iframe[src*='hcaptcha.com']",
+        "iframe[src*='challenges.cloudflare.com']",
+        "script[src*='recaptcha/api']",
+        "script[src*='hcaptcha.com']",
+        "script[src*='challenges.cloudflare.com']",
+    )
+)
+
 _SNAPSHOT_JS = (
-    "() => ({tree: (" + _AC_TREE_JS.strip() + ")(), title: document.title, "
-    "text: (document.body ? document.body.innerText : '').slice(0, 2000)})"
+    "() => { const c = document.querySelector(" + repr(CHALLENGE_SELECTOR) + "); "
+    "return {tree: (" + _AC_TREE_JS.strip() + ")(), title: document.title, "
+    "text: (document.body ? document.body.innerText : '').slice(0, 2000), "
+    "challenge: c ? (c.id ? '#' + c.id : c.tagName.toLowerCase() + "
+    "(c.className ? '.' + String(c.className).split(' ')[0] : '')) : ''}; }"
 )
 
 
 async def page_snapshot(page: Any) -> dict[str, str]:
-    """``{"tree", "title", "text"}`` of ``page`` in one round trip: the
-    :func:`accessibility_tree`, the title, and the first 2000 characters of the
-    visible text (what anti-bot detection reads)."""
+    """``{"tree", "title", "text", "challenge"}`` of ``page`` in one round trip: the
+    :func:`accessibility_tree`, the title, the first 2000 characters of the
+    visible text, and the first element matching :data:`CHALLENGE_SELECTOR`
+    (``""`` when none; what anti-bot detection reads with the text)."""
     value = await page.evaluate(_SNAPSHOT_JS)
-    return {k: str(value.get(k) or "") for k in ("tree", "title", "text")}
+    return {k: str(value.get(k) or "") for k in ("tree", "title", "text", "challenge")}

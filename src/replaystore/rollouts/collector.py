@@ -16,9 +16,10 @@
    :func:`~replaystore.rollouts.actions.execute_action`. An unparseable action
    is a recorded no-op step. ``answer(...)`` ends the task; so does the task's
    step budget (``max_steps_by_difficulty``; a task's own ``max_steps`` wins).
-4. An anti-bot page (HTTP 403/429 on the page's last navigation, or CAPTCHA
-   wording in its text) ends the task as blocked: the site goes to the
-   ``blocklist`` (url, task id, screenshot), so the task sampler leaves it out.
+4. An anti-bot page (:func:`looks_blocked`: a 403/429/503 with challenge words
+   or markup, or a page that is mostly a challenge) ends the task as blocked: the
+   site (scheme, host and port) goes to the ``blocklist`` (url, task id,
+   screenshot), so the next rollouts leave its tasks out.
 5. The evaluator turns the answer into the final step's :class:`Reward`.
 6. When every task has ended (or the completion threshold was reached and the
    grace period ran out), the iteration's trajectories are written with
@@ -64,7 +65,7 @@ from typing import Any
 
 from replaystore.atomic import atomic_write_bytes
 from replaystore.errors import ConfigError, ModelServerError
-from replaystore.pipeline.blocklist import Blocklist, normalize_domain
+from replaystore.pipeline.blocklist import Blocklist, normalize_domain, normalize_site
 from replaystore.pipeline.task_history import TaskHistory
 from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
 from replaystore.trajectories.response_decomposer import get_action_string
@@ -96,12 +97,17 @@ _FAILED_STATUSES = frozenset(
     {"blocked", "navigation_error", "timeout", "step_timeout", "error", "grace_expired"}
 )
 
-_BLOCK_STATUSES = frozenset({403, 429})
-_CAPTCHA = re.compile(
-    r"captcha|are you a robot|verify (?:that )?you are (?:a )?human|unusual traffic|"
-    r"access denied|too many requests",
+#: Statuses an anti-bot wall answers with (with challenge words or markup, see looks_blocked).
+_WALL_STATUSES = frozenset({403, 429, 503})
+_CHALLENGE_WORDS = re.compile(
+    r"captcha|are you a robot|not a robot|verify (?:that )?you are (?:a )?human|"
+    r"unusual traffic|checking (?:if the site connection is secure|your browser)|"
+    r"access denied|too many requests|just a moment",
     re.IGNORECASE,
 )
+#: A page with at most this much visible text is "mostly the challenge" when it
+#: shows challenge words or markup; an article that mentions CAPTCHA is longer.
+_CHALLENGE_PAGE_CHARS = 500
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 #: vLLM's answer to an image sent to a model without a vision encoder.
 _TEXT_ONLY_MODEL = "not a multimodal model"
@@ -141,13 +147,38 @@ def difficulty_category(difficulty: Any) -> str:
     return "medium" if value <= 6 else "hard"
 
 
-def looks_blocked(status: int | None, title: str, text: str) -> str | None:
-    """Why the page is an anti-bot wall (``"HTTP 403"``, ``"CAPTCHA text"``), or None."""
-    if status in _BLOCK_STATUSES:
-        return f"HTTP {status}"
-    match = _CAPTCHA.search(title) or _CAPTCHA.search(text[:2000])
-    if match:
-        return f"anti-bot text {match.group(0)!r}"
+def looks_blocked(status: int | None, title: str, text: str, challenge: str = "") -> str | None:
+    """Why the page is an anti-bot wall, or None for an ordinary page.
+
+    A wall is one of:
+
+    * an HTTP 403, 429 or 503 answer whose page shows challenge words (CAPTCHA,
+      "are you a robot", "access denied", "too many requests", ...) or challenge
+      markup (the suite's botwall page; Cloudflare's 403/503 challenge);
+    * a page that is mostly the challenge: at most 500 characters of visible
+      text, with challenge markup (reCAPTCHA, hCaptcha, Turnstile) or words.
+
+    An ordinary page that mentions those words (an article about CAPTCHAs, a
+    help page on "access denied" errors, a login form with a reCAPTCHA box) is
+    not a wall: one such page must not put its site on the blocklist.
+
+    Args:
+        status: HTTP status of the page's last main-frame navigation (None: unknown).
+        title: the page title.
+        text: the page's visible text (the first 2000 characters suffice).
+        challenge: the challenge element found in the page (the snapshot's
+            ``challenge``: a selector such as ``div.g-recaptcha``), ``""`` for none.
+    """
+    words = _CHALLENGE_WORDS.search(title) or _CHALLENGE_WORDS.search(text[:2000])
+    marker = f"challenge markup {challenge}" if challenge else None
+    if words is not None:
+        marker = marker or f"challenge text {words.group(0)!r}"
+    if marker is None:
+        return None
+    if status in _WALL_STATUSES:
+        return f"HTTP {status}, {marker}"
+    if len(" ".join(text.split())) <= _CHALLENGE_PAGE_CHARS:
+        return f"challenge page, {marker}"
     return None
 
 
@@ -188,7 +219,8 @@ class IterationResult:
         skipped: tasks never started (the grace period ended the iteration, or Ctrl-C).
         path: the iteration file written (None when nothing was written).
         interrupted: Ctrl-C stopped the iteration.
-        blocked_sites: domains recorded in the blocklist during this iteration.
+        blocked_sites: sites (``scheme://host:port``) recorded in the blocklist during
+            this iteration.
         navigation_errors: failed navigations per website domain.
         seconds: wall time of the iteration.
         timings: summed seconds over all steps: ``browser`` (screenshot, page
@@ -201,6 +233,9 @@ class IterationResult:
             the first such answer and stored nothing; see :attr:`text_only_model`),
             or every task ended in ``error`` on a :class:`ModelServerError`. None
             otherwise. A caller running iterations unattended should stop on it.
+        blocklist_skipped: tasks left out before the iteration because their site
+            is on the blocklist, per blocked site (set by
+            :func:`~replaystore.rollouts.runner.rollout`; empty otherwise).
     """
 
     iteration: int
@@ -214,6 +249,7 @@ class IterationResult:
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
     model_server_error: str | None = None
+    blocklist_skipped: dict[str, int] = field(default_factory=dict)
 
     @property
     def text_only_model(self) -> bool:
@@ -467,7 +503,8 @@ class RolloutCollector:
         timings["write"] += t3 - t2
         metadata = {"url": page.url, "title": snap["title"]}
         observation = Observation(run.task, str(path), snap["tree"], metadata)
-        return observation, looks_blocked(run.nav_status, snap["title"], snap["text"])
+        wall = looks_blocked(run.nav_status, snap["title"], snap["text"], snap.get("challenge", ""))
+        return observation, wall
 
     async def _run_task(
         self,
@@ -534,7 +571,7 @@ class RolloutCollector:
                     task_id=run.task.task_id,
                     screenshot_path=observation.image_path,
                 )
-                blocked_sites.append(normalize_domain(page.url))
+                blocked_sites.append(normalize_site(page.url))
             logger.info("task %s: %s", run.task.task_id, run.error)
             _account(timings, before, t_start)
             return True

@@ -13,11 +13,12 @@ stored in both modes.
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from replaystore.errors import ConfigError
+from replaystore.errors import ConfigError, SchemaError
 
 __all__ = ["SUITE", "rollout"]
 
@@ -54,20 +55,24 @@ async def rollout(
         iteration: iteration number (default: the storage's next one).
         logger_backend: ``none``, ``wandb`` or ``tensorboard``.
         cdp_urls: use running browsers over CDP instead of launching one.
-        max_tasks: roll out only the first N tasks not on the blocklist.
+        max_tasks: roll out only the first N (>= 1) tasks not on the blocklist.
         observation: ``"screenshot"`` or ``"text"`` (prompts without images; use it
             for a model that reads no images: vLLM answers a screenshot sent to one
             with HTTP 400 "... is not a multimodal model").
         collector_options: passed to :class:`~.collector.RolloutCollector`.
 
     The result's ``model_server_error`` is set when the iteration failed on the
-    model server (see :class:`~.collector.IterationResult`).
+    model server (see :class:`~.collector.IterationResult`); its
+    ``blocklist_skipped`` counts the tasks left out because their site is on
+    ``out/blocklist.jsonl``, per blocked site.
 
     Raises:
-        ConfigError: a bad policy name or observation mode, or missing ``base_url``/``model``.
+        ConfigError: a bad policy name or observation mode, missing
+            ``base_url``/``model``, ``workers`` < 1 or ``max_tasks`` < 1.
+        SchemaError: a task file that holds no task (names the file).
         BrowserUnavailableError: no browser (its message says how to get one).
     """
-    from replaystore.pipeline.blocklist import Blocklist
+    from replaystore.pipeline.blocklist import Blocklist, blocking_rule
     from replaystore.pipeline.task_history import TaskHistory
     from replaystore.pipeline.task_sampler import load_tasks
     from replaystore.trajectories.context import OBSERVATION_MODES, ConversationBuilder
@@ -80,6 +85,12 @@ async def rollout(
     from .scripted import ScriptedPolicy
     from .sites import LocalSuite
 
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"workers must be an integer >= 1, got {workers!r}")
+    if max_tasks is not None and (
+        isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1
+    ):
+        raise ConfigError(f"max_tasks must be an integer >= 1, got {max_tasks!r}")
     if observation not in OBSERVATION_MODES:
         raise ConfigError(f"unknown observation {observation!r}; use screenshot or text")
     builder = ConversationBuilder(observation=observation)  # type: ignore[arg-type]
@@ -112,9 +123,14 @@ async def rollout(
             task_list = suite.tasks()
         else:
             task_list = load_tasks(tasks)
-        task_list = [t for t in task_list if not blocklist.is_website_blocked(t.website)]
+            if not task_list:
+                raise SchemaError(f"{tasks}: the task file holds no task")
+        rules = blocklist.rules()
+        blocking = [blocking_rule(t.website, rules) for t in task_list]
+        skipped = Counter(rule.site for rule in blocking if rule is not None)
+        task_list = [t for t, rule in zip(task_list, blocking, strict=True) if rule is None]
         if max_tasks is not None:
-            task_list = task_list[: int(max_tasks)]
+            task_list = task_list[:max_tasks]
         try:
             async with BrowserPool(workers, cdp_urls=cdp_urls) as pool:
                 collector = RolloutCollector(
@@ -135,4 +151,5 @@ async def rollout(
             if experiment is not None:
                 experiment.close()
     history.save(history_file)
+    result.blocklist_skipped = dict(sorted(skipped.items()))
     return result

@@ -63,6 +63,7 @@ from replaystore.trajectories.index import (
     StepSource,
     final_reward,
     is_dummy_trajectory,
+    is_record_step,
 )
 from replaystore.trajectories.index import field_of as _field
 from replaystore.trajectories.index import step_part as _step_part
@@ -195,7 +196,7 @@ def index_trajectories(
     *,
     prompt_flags: bool = True,
 ) -> StepIndex:
-    """Index in-memory trajectories: drop dummies, read final rewards and flags.
+    """Index in-memory trajectories: drop dummies and record steps, read final rewards and flags.
 
     ``prompt_flags=False`` skips :attr:`StepIndex.has_prompt` (left None), which a
     buffer that can rebuild prompts does not need (saves ~0.5 us per step).
@@ -277,10 +278,26 @@ def index_trajectories(
             dtype=bool,
             count=total,
         )
+    traj_ids = np.repeat(kept_arr, length_arr)
+    step_ids = (np.arange(total, dtype=np.int64) - np.repeat(starts, length_arr)).astype(np.int32)
+    step_rewards = np.repeat(np.asarray(rewards, dtype=np.float64), length_arr)
+    # Record steps (a wall, a navigation error) end a trajectory but are no samples.
+    records = [int(last[o]) for o, t in enumerate(kept) if is_record_step(trajectories[t][-1])]
+    if records:
+        sample = np.ones(total, dtype=bool)
+        sample[records] = False
+        traj_ids, step_ids, step_rewards, same = (
+            traj_ids[sample],
+            step_ids[sample],
+            step_rewards[sample],
+            same[sample],
+        )
+        if has_prompt is not None:
+            has_prompt = has_prompt[sample]
     return StepIndex(
-        traj=np.repeat(kept_arr, length_arr),
-        step=(np.arange(total, dtype=np.int64) - np.repeat(starts, length_arr)).astype(np.int32),
-        reward=np.repeat(np.asarray(rewards, dtype=np.float64), length_arr),
+        traj=traj_ids,
+        step=step_ids,
+        reward=step_rewards,
         same=same,
         trajectory_rewards=np.asarray(rewards, dtype=np.float64),
         dummy_trajectories=dummies,

@@ -17,7 +17,10 @@ buffer, ``from_storage``, export, the CLI) is decided here, once:
 * a trajectory is **successful** when that reward is ``>= success_threshold``
   (:func:`is_successful`);
 * its **keypoints** are the steps whose reward says ``submit``
-  (:func:`keypoint_steps`).
+  (:func:`keypoint_steps`);
+* a **record step** (:func:`is_record_step`) only records how a task ended
+  (an anti-bot wall, a navigation error): no model answered it, so it is
+  stored and counts for its trajectory's outcome but is never a training sample.
 
 :class:`StepIndex` is the per-step NumPy index a buffer is built on; both
 :mod:`~replaystore.trajectories.storage` (from file headers) and
@@ -47,6 +50,7 @@ __all__ = [
     "final_reward",
     "final_reward_value",
     "is_dummy_trajectory",
+    "is_record_step",
     "is_successful",
     "keypoint_steps",
 ]
@@ -89,6 +93,33 @@ def is_dummy_trajectory(trajectory: Sequence[Any]) -> bool:
         return True
     text = field_of(action, "action_string")
     return isinstance(text, str) and "Invalid URL" in text
+
+
+#: Action keys of the collector's steps that record an ending, not a model's action.
+RECORD_ACTION_KEYS = frozenset(
+    {"invalid_url", "timeout", "step_timeout", "error", "interrupted", "grace_expired"}
+)
+
+
+def is_record_step(step: Any) -> bool:
+    """Whether ``step`` only records how its task ended: not a training sample.
+
+    True when its response has an empty ``raw_response`` (no model answered it)
+    and its reward says ``is_blocked`` (an anti-bot wall) or its action key is
+    one of :data:`RECORD_ACTION_KEYS` (navigation error, timeout, ...). Such a
+    step is the last of its trajectory: the buffer leaves it out of the samples
+    and the trajectory still counts (its final reward is the task's outcome).
+    Accepts a step mapping (components or their dicts) or a :class:`Step`.
+    """
+    response = step_part(step, "response")
+    if response is None or field_of(response, "raw_response"):
+        return False
+    reward = step_part(step, "reward")
+    if reward is not None and field_of(reward, "is_blocked"):
+        return True
+    action = step_part(step, "action")
+    inner = field_of(action, "action") if action is not None else None
+    return isinstance(inner, Mapping) and inner.get("key") in RECORD_ACTION_KEYS
 
 
 def final_reward_value(value: Any, where: str, last: int) -> float:

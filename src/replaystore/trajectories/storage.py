@@ -74,6 +74,7 @@ from replaystore.trajectories.index import (
     StepIndex,
     final_reward_value,
     is_dummy_trajectory,
+    is_record_step,
     is_successful,
     keypoint_steps,
 )
@@ -142,6 +143,9 @@ class _Header:
     #: Whether each step stores a non-empty raw_prompt; None for files written before
     #: the header kept it (the "has_prompt" index entry is optional).
     has_prompt: NDArray[np.bool_] | None = None
+    #: Whether each trajectory's last step is a record step (not a training sample,
+    #: :func:`~replaystore.trajectories.index.is_record_step`); None for older files.
+    record: NDArray[np.bool_] | None = None
 
     @property
     def num_steps(self) -> int:
@@ -435,7 +439,8 @@ class TrajectoryStorage:
             ],
             dtype=bool,
         )
-        return _EncodedTrajectory(lines, reward, dummy, same, has_prompt)
+        record = not dummy and is_record_step(steps[-1])
+        return _EncodedTrajectory(lines, reward, dummy, same, has_prompt, record)
 
     def _relative(self, image_path: Any) -> Any:
         if not isinstance(image_path, str) or image_path == "":
@@ -472,6 +477,10 @@ class TrajectoryStorage:
             count=int(line_lengths.size),
         )
         optional_index: dict[str, str] = {}
+        if any(e.record for e in trajectories):
+            optional_index["record"] = _encode(
+                np.array([e.record for e in trajectories], bool), "u1"
+            )
         prompt_flags = [e.has_prompt for e in trajectories]
         if all(flags is not None for flags in prompt_flags):
             optional_index["has_prompt"] = _encode(
@@ -540,6 +549,11 @@ class TrajectoryStorage:
                 if "has_prompt" in index
                 else None
             )
+            record = (
+                _decode(index["record"], "u1", n_traj, where).astype(bool)
+                if "record" in index
+                else None
+            )
             if version >= 2:
                 line_crc = _decode(index["line_crc32"], "<u4", n_steps, where).astype(np.int64)
             else:
@@ -569,6 +583,7 @@ class TrajectoryStorage:
             line_lengths=line_lengths,
             line_crc=line_crc,
             has_prompt=has_prompt,
+            record=record,
         )
 
     @staticmethod
@@ -799,6 +814,7 @@ class TrajectoryStorage:
                         None
                         if header.has_prompt is None
                         else header.has_prompt[start : start + length],
+                        header.record is not None and bool(header.record[t]),
                     )
                 )
                 start += length
@@ -938,6 +954,8 @@ class TrajectoryStorage:
                 )
             step_keep = np.repeat(keep, lengths)
             starts = np.cumsum(lengths) - lengths
+            if h.record is not None:  # record steps are stored, never samples
+                step_keep[(starts + lengths - 1)[h.record & keep]] = False
             local_step = np.arange(h.num_steps, dtype=np.int64) - np.repeat(starts, lengths)
             offsets = h.body_start + np.cumsum(h.line_lengths) - h.line_lengths
             traj_ids = np.repeat(np.arange(first_traj, first_traj + n_traj), lengths)
@@ -987,6 +1005,7 @@ class _EncodedTrajectory:
     dummy: bool
     same: NDArray[np.bool_]
     has_prompt: NDArray[np.bool_] | None = None
+    record: bool = False
 
 
 def _renumber(raw: bytes, t: int, where: str) -> bytes:
