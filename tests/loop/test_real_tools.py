@@ -84,3 +84,34 @@ def test_screenshot_rollout_against_a_text_model_is_one_line_and_exit_2(
     assert len(lines) == 1, result.stderr
     assert "not a multimodal model" in lines[0] and "--observation text" in lines[0]
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_vllm_tokenizes_prompts_exactly_as_the_training_environment(
+    served: tuple[str, Path], real_tools: Any
+) -> None:
+    """The two environments run different transformers (5.6 and 5.19): the served model
+    must see the token ids it was trained on, numbers (coordinates, ports) included."""
+    import subprocess
+    import urllib.request
+
+    base_url, root = served
+    text = "Task: 38043 @(151,189)\nURL: http://shop.localhost:41234/\nAction: click(72, 27)"
+    request = urllib.request.Request(
+        base_url.removesuffix("/v1") + "/tokenize",
+        data=json.dumps({"model": "tiny", "prompt": text, "add_special_tokens": False}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        served_ids = json.loads(response.read())["tokens"]
+    script = (
+        "import json, sys; from transformers import AutoTokenizer; "
+        "t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+        "print(json.dumps(t(sys.argv[2], add_special_tokens=False)['input_ids']))"
+    )
+    trained = subprocess.run(
+        [str(real_tools.train_python), "-c", script, str(root / "model"), text],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(trained.stdout.strip().splitlines()[-1]) == served_ids
