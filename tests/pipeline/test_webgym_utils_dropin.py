@@ -403,6 +403,10 @@ def test_blocklist_manager_replays_rollout_and_async_webgym_calls(tmp_path) -> N
     )
     assert blocklist_manager.get_blocked_domains() == {"shop.example"}
     assert blocklist_manager.is_website_blocked("https://shop.example/other")
+    # WebGym's rule: the domain on every scheme and port, subdomains included.
+    assert blocklist_manager.is_website_blocked("http://shop.example:8080/other")
+    assert blocklist_manager.is_website_blocked("http://api.shop.example/")
+    assert blocklist_manager.is_website_blocked("http://shop.example/other")
     stats = blocklist_manager.get_blocklist_stats()
     assert stats["total_entries"] == 1 and stats["currently_blocked"] == 1
     assert stats["blocked_domains"] == ["shop.example"]

@@ -70,6 +70,37 @@ class BlocklistManager(Blocklist):
     def __repr__(self) -> str:
         return f"BlocklistManager({str(self.path.parent)!r})"
 
+    def record_blocked_website(  # type: ignore[override]
+        self,
+        url: str,
+        task_id: Any = None,
+        screenshot_path: str | os.PathLike[str] | None = None,
+    ) -> dict[str, Any]:
+        """WebGym's rule: block the *domain* of ``url``, on every scheme and port, with
+        its subdomains (``www.shop.example`` blocks ``http://shop.example/``).
+
+        The entry has no ``site``, as WebGym's entries have none, so every reader
+        (a :class:`Blocklist` included) applies that host-wide rule. The native
+        :meth:`Blocklist.record_blocked_website` blocks only the site
+        (scheme, host and port) that walled the agent.
+
+        Raises:
+            ValueError: ``url`` has no host, or ``task_id`` holds NaN/inf.
+            StorageError: the file cannot be written.
+        """
+        domain = normalize_domain(url)
+        now = float(self.clock())
+        record = {
+            "domain": domain,
+            "url": url,
+            "timestamp": now,
+            "blocked_at": _iso_utc(now),
+            "task_id": task_id,
+            "screenshot_path": None if screenshot_path is None else os.fspath(screenshot_path),
+        }
+        self._append_entry(record)
+        return record
+
     # -- WebGym's helpers, for code that calls them ---------------------------------
 
     def _extract_domain(self, url: str) -> str:
