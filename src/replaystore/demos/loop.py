@@ -47,20 +47,21 @@ def quick_config() -> dict[str, Any]:
             "tiny": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 1024},
             "evaluate_untrained": False,
         },
-        "train": {"final": False, "overrides": {"num_train_epochs": 30}},
+        "train": {"final": False, "overrides": {"num_train_epochs": 10}},
     }
 
 
 def full_config() -> dict[str, Any]:
-    """The untrained baseline, then three iterations of the model acting and training."""
+    """The untrained baseline, then two iterations of the model acting (the first of them
+    also trains on its own successes)."""
     return {
         **_COMMON,
-        "iterations": 4,
+        "iterations": 3,
         "model": {
             "tiny": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 1024},
             "evaluate_untrained": True,
         },
-        "train": {"final": False, "overrides": {"num_train_epochs": 40}},
+        "train": {"final": False, "overrides": {"num_train_epochs": 12}},
     }
 
 
