@@ -171,6 +171,37 @@ class LoopRunner:
         if n < 1:
             raise ConfigError(f"iterations must be >= 1, got {n}")
         self.out.mkdir(parents=True, exist_ok=True)
+        with self._run_lock():
+            return self._run(n)
+
+    @contextlib.contextmanager
+    def _run_lock(self) -> Iterator[None]:
+        """One loop per run directory: a second one (same run, another process) is refused
+        instead of killing the first one's children as strays."""
+        import fcntl
+
+        path = self.out / ".loop.lock"
+        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - closed below
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                raise ConfigError(
+                    f"{self.out} is in use by another replaystore loop (pid {holder}); "
+                    "wait for it or stop it first"
+                ) from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(str(os.getpid()))
+            handle.flush()
+            yield
+        finally:
+            handle.close()
+
+    def _run(self, n: int) -> dict[str, Any]:
+        cfg = self.config
         self.journal = Journal.open(self.out, resume=self.resume, config=cfg.data)
         needs_model = n > 1 or not cfg.uses_demonstrations or cfg["train"]["final"]
         self.tools = find_tools(
