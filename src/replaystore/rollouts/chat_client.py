@@ -165,6 +165,8 @@ class ChatCompletionsClient:
         self._httpx = httpx
         #: Waits (seconds) slept before retries, most recent last; for logs and tests.
         self.backoff_history: list[float] = []
+        #: Replies the server cut at ``max_tokens`` (finish_reason ``length``).
+        self.replies_cut = 0
 
     def __repr__(self) -> str:
         return f"ChatCompletionsClient({self.base_url!r}, model={self.model!r})"
@@ -286,9 +288,12 @@ class ChatCompletionsClient:
                 status=response.status_code,
             )
         if choices[0].get("finish_reason") == "length":
-            logger.warning(
+            # Once per client at WARNING (an untrained model hits it on every step), then DEBUG.
+            self.replies_cut += 1
+            logger.log(
+                logging.WARNING if self.replies_cut == 1 else logging.DEBUG,
                 "model reply cut at max_tokens=%d (finish_reason 'length'); raise max_tokens "
-                "if actions go missing",
+                "if actions go missing (further cut replies are logged at DEBUG)",
                 self.max_tokens,
             )
         return content
