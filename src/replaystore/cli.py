@@ -855,6 +855,14 @@ class _VersionAction(argparse.Action):
 def _cmd_rollout(args: argparse.Namespace) -> int:
     import asyncio
 
+    from replaystore.rollouts.chat_client import DEFAULT_REQUEST_TIMEOUT_S
+
+    request_timeout = args.request_timeout or DEFAULT_REQUEST_TIMEOUT_S
+    if request_timeout >= args.step_timeout:
+        raise _UsageError(
+            f"--request-timeout {request_timeout:g} must be shorter than --step-timeout "
+            f"{args.step_timeout:g} (a timed-out request is retried inside its step)"
+        )
     try:
         from replaystore.rollouts.browser import BrowserUnavailableError, require_playwright
         from replaystore.rollouts.runner import rollout
@@ -879,6 +887,10 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
                 cdp_urls=args.cdp or None,
                 max_tasks=args.max_tasks,
                 observation=args.observation,
+                request_timeout_s=request_timeout,
+                max_concurrency=args.max_concurrency,
+                step_timeout_s=args.step_timeout,
+                task_timeout_s=args.task_timeout,
             )
         )
     except BrowserUnavailableError as exc:
@@ -1185,6 +1197,16 @@ def _int_at_least(low: int) -> Any:
     return parse
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
 def _finite_float(text: str) -> float:
     try:
         value = float(text)
@@ -1436,6 +1458,35 @@ def _parser() -> _Parser:
         "--max-tasks",
         type=_int_at_least(1),
         help="roll out only the first N tasks not on the blocklist",
+    )
+    ro.add_argument(
+        "--step-timeout",
+        type=_positive_seconds,
+        default=120.0,
+        metavar="S",
+        help="seconds one step (screenshot, model, action) may take (default 120); a cut "
+        "step keeps its screenshot, prompt and the model's reply",
+    )
+    ro.add_argument(
+        "--request-timeout",
+        type=_positive_seconds,
+        metavar="S",
+        help="seconds one request to the model server may take (default 30; --policy openai); "
+        "must be shorter than --step-timeout so that a timed-out request is retried",
+    )
+    ro.add_argument(
+        "--task-timeout",
+        type=_positive_seconds,
+        default=1800.0,
+        metavar="S",
+        help="seconds one task may take (default 1800)",
+    )
+    ro.add_argument(
+        "--max-concurrency",
+        type=_int_at_least(1),
+        default=8,
+        metavar="N",
+        help="requests in flight to the model server at once (default 8; --policy openai)",
     )
     ro.add_argument("--cdp", action="append", metavar="URL", help="CDP endpoint (repeatable)")
     ro.add_argument("--out", required=True, help="run directory")

@@ -38,9 +38,13 @@ from typing import Any
 
 from replaystore.errors import ConfigError, ModelServerError
 
-__all__ = ["RETRY_STATUSES", "ChatCompletionsClient"]
+__all__ = ["DEFAULT_REQUEST_TIMEOUT_S", "RETRY_STATUSES", "ChatCompletionsClient"]
 
 logger = logging.getLogger("replaystore.rollouts.chat_client")
+
+#: Seconds one HTTP request may take: a quarter of the collector's step timeout (120 s),
+#: so a request that times out can be retried inside its step.
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
 
 #: HTTP statuses retried with backoff (everything else >= 400 fails at once).
 RETRY_STATUSES: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -90,7 +94,9 @@ class ChatCompletionsClient:
         max_retries: retries after the first attempt for retryable failures (>= 0).
         backoff_base_s: first backoff in seconds; doubles each retry.
         backoff_max_s: cap on one backoff (and on an honoured ``Retry-After``).
-        timeout_s: seconds allowed for one HTTP request (connect, send, wait, read).
+        timeout_s: seconds allowed for one HTTP request (connect, send, wait, read);
+            default 30, shorter than the rollout's step timeout (120 s) so that a
+            request that times out is retried within its step.
         extra_body: more top-level fields for every request (``top_p``, ``stop``,
             vLLM's ``repetition_penalty``...); they override the defaults above.
         seed: seeds the backoff jitter (deterministic waits in tests).
@@ -113,7 +119,7 @@ class ChatCompletionsClient:
         max_retries: int = 4,
         backoff_base_s: float = 0.5,
         backoff_max_s: float = 30.0,
-        timeout_s: float = 120.0,
+        timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         extra_body: Mapping[str, Any] | None = None,
         seed: int | None = None,
         transport: Any = None,

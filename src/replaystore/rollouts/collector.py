@@ -29,10 +29,17 @@
 
 Failures are data, not crashes: a task that runs past ``task_timeout_s`` or a
 step past ``step_timeout_s`` is recorded with the steps it made and reward 0
-(status ``timeout``/``step_timeout``). The model server is the exception a run
-cannot work around: when it answers that the model is not multimodal (vLLM's
-HTTP 400 ``"... is not a multimodal model"``: a text-only model was sent a
-screenshot) the iteration stops at once, stores nothing, and
+(status ``timeout``/``step_timeout``). The step that was cut keeps what it had
+reached: its screenshot and prompt, and the model's reply when the action was
+what hung (the action then carries the ``error``); a step cut before the reply
+is a record step (action ``step_timeout``, empty reply), stored but no training
+sample. The model client's request timeout (30 s by default) is shorter than the
+step timeout (120 s), so a request that times out is retried inside its step.
+
+The model server is the exception a run cannot work around: when it answers
+that the model is not multimodal (vLLM's HTTP 400 ``"... is not a multimodal
+model"``: a text-only model was sent a screenshot) the iteration stops at once,
+stores nothing, and
 :attr:`IterationResult.model_server_error` carries the server's message; it is
 set too when every task ended in ``error`` on a
 :class:`~replaystore.errors.ModelServerError` (400/500 after retries, connection
@@ -50,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import re
@@ -77,6 +85,7 @@ from .browser import BrowserPool, page_snapshot
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
+    "DEFAULT_STEP_TIMEOUT_S",
     "FINISHED_STATUSES",
     "IterationResult",
     "RolloutCollector",
@@ -90,6 +99,10 @@ logger = logging.getLogger("replaystore.rollouts.collector")
 
 #: WebGym's ``train_difficulty_max_steps`` (scripts/config/main/rollout_train.yaml).
 DEFAULT_MAX_STEPS: dict[str, int] = {"easy": 10, "medium": 20, "hard": 30}
+
+#: Seconds one step (observe, policy, action) may take; longer than the model client's
+#: request timeout (``chat_client.DEFAULT_REQUEST_TIMEOUT_S``) so its retries fit in a step.
+DEFAULT_STEP_TIMEOUT_S = 120.0
 
 #: Statuses of a task that ran to its end (anything else is a failure).
 FINISHED_STATUSES = frozenset({"answered", "max_steps", "blocked", "navigation_error"})
@@ -293,6 +306,7 @@ class _Run:
 
     __slots__ = (
         "answer",
+        "draft",
         "error",
         "fingerprint",
         "index",
@@ -312,6 +326,9 @@ class _Run:
         self.error: str | None = None
         self.nav_status: int | None = None  # HTTP status of the main frame's last navigation
         self.fingerprint: bytes | None = None  # pixel fingerprint of the last screenshot
+        # The step in progress: its observation, then the response and action; kept
+        # when the step is cut (timeout, grace period) so that nothing reached is lost.
+        self.draft: dict[str, Any] | None = None
         self.start = time.perf_counter()
 
 
@@ -333,7 +350,9 @@ class RolloutCollector:
         num_workers: tasks running at once.
         max_steps_by_difficulty: step budget per ``easy``/``medium``/``hard``
             (:func:`difficulty_category`); missing names use :data:`DEFAULT_MAX_STEPS`.
-        step_timeout_s: limit for one step (observe + policy + action).
+        step_timeout_s: limit for one step (observe + policy + action); keep it above
+            the model client's request timeout, so a timed-out request is retried in
+            the step. A cut step keeps what it had reached (module docstring).
         task_timeout_s: limit for one task, from its start.
         navigation_timeout_s: limit for one page load.
         navigation_retries: extra tries of the first page load.
@@ -363,7 +382,7 @@ class RolloutCollector:
         pool: BrowserPool,
         num_workers: int = 4,
         max_steps_by_difficulty: Mapping[str, int] | None = None,
-        step_timeout_s: float = 120.0,
+        step_timeout_s: float = DEFAULT_STEP_TIMEOUT_S,
         task_timeout_s: float = 1800.0,
         navigation_timeout_s: float = 30.0,
         navigation_retries: int = 2,
@@ -560,7 +579,10 @@ class RolloutCollector:
         t_start = time.perf_counter()
         before = dict(timings)
         observation, wall = await self._observe(page, run, step, folder, timings)
+        draft: dict[str, Any] = {"observation": observation}
+        run.draft = draft
         if wall is not None:
+            run.draft = None
             run.steps.append(_blocked_step(observation, wall))
             run.status = "blocked"
             run.error = f"anti-bot page at {page.url}: {wall}"
@@ -586,6 +608,7 @@ class RolloutCollector:
             parse_error = response.answering_tokens.get("parse_error")
             if parse_error:
                 action.action["reason"] = str(parse_error)
+        draft.update(response=response, action=action)
         t2 = time.perf_counter()
         outcome = await execute_action(
             page,
@@ -611,11 +634,57 @@ class RolloutCollector:
                 {**action.action, "error": outcome.error}, action.action_string
             )
         run.steps.append(record)
+        run.draft = None
         if outcome.done:
             run.status = "answered"
             run.answer = outcome.answer
         _account(timings, before, t_start)
         return outcome.done
+
+    async def _cut_step(self, run: _Run) -> dict[str, Any]:
+        """The step a timeout (or another cut) interrupted, with what it had reached.
+
+        After the model replied: the step as it would have been stored, its action
+        marked with the ``error`` that cut it (the page hung on the action). Before:
+        the observation (screenshot, page metadata) and the prompt the model was sent,
+        rebuilt by the agent's ``conversation_builder``, with action ``run.status``
+        and an empty reply: a record step, stored but no training sample.
+        """
+        draft, run.draft = run.draft or {}, None
+        why = run.error or run.status
+        if "response" in draft:
+            action = draft["action"]
+            return {
+                "observation": draft["observation"],
+                "action": Action({**action.action, "error": why}, action.action_string),
+                "response": draft["response"],
+                "reward": Reward(0.0, None),
+            }
+        return {
+            "observation": draft["observation"],
+            "action": Action({"key": run.status, "error": why}, run.status),
+            "response": Response(
+                raw_response="",
+                answering_tokens={"action": ""},
+                raw_prompt=await self._prompt(run.task, draft["observation"], run.steps),
+            ),
+            "reward": Reward(0.0, None),
+        }
+
+    async def _prompt(
+        self, task: Task, observation: Observation, history: list[dict[str, Any]]
+    ) -> str:
+        """The stored prompt (JSON) for ``observation``, as the agent builds it; ``""`` when
+        the agent has no ``conversation_builder`` or the build fails."""
+        builder = getattr(self.agent, "conversation_builder", None)
+        if builder is None:
+            return ""
+        try:
+            messages = await asyncio.to_thread(builder.build, task, history, observation)
+        except Exception as exc:  # the prompt is a nicety of a record step, never fatal
+            logger.debug("task %s: the cut step's prompt cannot be rebuilt: %s", task.task_id, exc)
+            return ""
+        return json.dumps(messages, ensure_ascii=False)
 
     async def _finish(
         self, run: _Run, iteration: int, rank: int, status: str | None = None
@@ -624,6 +693,8 @@ class RolloutCollector:
         if status is not None:
             run.status = status
         seconds = time.perf_counter() - run.start
+        if run.draft is not None:
+            run.steps.append(await self._cut_step(run))
         if not run.steps:
             run.steps = [_placeholder_step(run.task, run.status, run.error)]
         if run.status in ("answered", "max_steps", "blocked"):

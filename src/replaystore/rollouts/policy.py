@@ -241,7 +241,7 @@ class OpenAIChatPolicy:
             ``max_retries``, ``backoff_base_s``, ``backoff_max_s``, ``timeout_s``,
             ``extra_body``, ``seed``, ``transport`` (defaults: temperature 0.0,
             max_tokens 512, 8 requests in flight, 4 retries from 0.5 s doubling up to
-            30 s, 120 s per request).
+            30 s, 30 s per request: shorter than the collector's 120 s step).
         client: an existing client to share (e.g. with a judge); then the other
             arguments must be left out.
 

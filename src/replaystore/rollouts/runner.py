@@ -42,6 +42,8 @@ async def rollout(
     max_tasks: int | None = None,
     progress: bool | None = None,
     observation: str = "screenshot",
+    request_timeout_s: float | None = None,
+    max_concurrency: int = 8,
     **collector_options: Any,
 ) -> Any:
     """Run one rollout iteration; returns the :class:`~.collector.IterationResult`.
@@ -59,7 +61,12 @@ async def rollout(
         observation: ``"screenshot"`` or ``"text"`` (prompts without images; use it
             for a model that reads no images: vLLM answers a screenshot sent to one
             with HTTP 400 "... is not a multimodal model").
-        collector_options: passed to :class:`~.collector.RolloutCollector`.
+        request_timeout_s: seconds one request to the model server may take (policy
+            ``openai``; default 30), shorter than the step timeout so that a request
+            that times out is retried inside its step.
+        max_concurrency: requests in flight to the model server at once (policy ``openai``).
+        collector_options: passed to :class:`~.collector.RolloutCollector`
+            (``step_timeout_s``, default 120; ``task_timeout_s``, default 1800; ...).
 
     The result's ``model_server_error`` is set when the iteration failed on the
     model server (see :class:`~.collector.IterationResult`); its
@@ -68,7 +75,8 @@ async def rollout(
 
     Raises:
         ConfigError: a bad policy name or observation mode, missing
-            ``base_url``/``model``, ``workers`` < 1 or ``max_tasks`` < 1.
+            ``base_url``/``model``, ``workers`` < 1 or ``max_tasks`` < 1, a request
+            timeout not shorter than the step timeout.
         SchemaError: a task file that holds no task (names the file).
         BrowserUnavailableError: no browser (its message says how to get one).
     """
@@ -79,7 +87,8 @@ async def rollout(
     from replaystore.trajectories.storage import TrajectoryStorage
 
     from .browser import BrowserPool
-    from .collector import RolloutCollector
+    from .chat_client import DEFAULT_REQUEST_TIMEOUT_S
+    from .collector import DEFAULT_STEP_TIMEOUT_S, RolloutCollector
     from .evaluator import Evaluator
     from .policy import OpenAIChatPolicy, WebAgent
     from .scripted import ScriptedPolicy
@@ -91,6 +100,13 @@ async def rollout(
         isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1
     ):
         raise ConfigError(f"max_tasks must be an integer >= 1, got {max_tasks!r}")
+    request_timeout = DEFAULT_REQUEST_TIMEOUT_S if request_timeout_s is None else request_timeout_s
+    step_timeout = collector_options.get("step_timeout_s", DEFAULT_STEP_TIMEOUT_S)
+    if not request_timeout < step_timeout:
+        raise ConfigError(
+            f"the request timeout ({request_timeout:g} s) must be shorter than the step "
+            f"timeout ({step_timeout:g} s), so that a timed-out request is retried in its step"
+        )
     if observation not in OBSERVATION_MODES:
         raise ConfigError(f"unknown observation {observation!r}; use screenshot or text")
     builder = ConversationBuilder(observation=observation)  # type: ignore[arg-type]
@@ -100,7 +116,9 @@ async def rollout(
     elif policy == "openai":
         if not base_url or not model:
             raise ConfigError("--policy openai needs --base-url and --model")
-        options: dict[str, Any] = {} if api_key is None else {"api_key": api_key}
+        options: dict[str, Any] = {"timeout_s": request_timeout, "max_concurrency": max_concurrency}
+        if api_key is not None:
+            options["api_key"] = api_key
         chat = OpenAIChatPolicy(base_url, model, **options)
         agent = WebAgent(chat, conversation_builder=builder, image_urls="data")
     else:
