@@ -4,8 +4,10 @@ WebGym pickles each iteration with ``torch.save`` (loading runs arbitrary code,
 and a reader racing the writer hit ``EOFError``). Here every iteration file is
 UTF-8 JSON lines, written atomically (temporary file, fsync, rename), so a
 reader sees either no file or the complete file, and loading never executes
-anything. Screenshots stay image files; their paths are stored relative to the
-storage root when they lie under it (move the whole directory freely).
+anything. Screenshots stay image files; their paths, and the ``file://`` URLs
+of the prompts (``response.raw_prompt``), are stored relative to the storage
+root when they lie under it and resolved when read (move the whole directory
+freely; :mod:`~replaystore.trajectories.prompt_urls`).
 
 Layout of ``root``::
 
@@ -18,8 +20,10 @@ user metadata and an index: trajectory lengths, final rewards, dummy flags,
 same-as-next-screenshot flags and byte lengths of the step lines (fixed-width
 little-endian integers, base64). Each further line is one step, in trajectory
 order: ``{"t": trajectory number in the file, "s": step number, "step":
-step_to_dict(step)}``. The index lets :meth:`ReplayBuffer.from_storage` open a
-million steps by reading headers only and seek straight to a step on access.
+step_to_dict(step)}``, plus ``"relative_image_urls": true`` when the step's
+prompt names its screenshots relative to the storage root. The index lets
+:meth:`ReplayBuffer.from_storage` open a million steps by reading headers only
+and seek straight to a step on access.
 
 Integrity (format version 2): the header
 index also holds the CRC32 of every step line (``line_crc32``). Each step line
@@ -78,6 +82,7 @@ from replaystore.trajectories.index import (
     is_successful,
     keypoint_steps,
 )
+from replaystore.trajectories.prompt_urls import relative_prompt, resolve_prompt, root_url
 from replaystore.trajectories.screenshots import (
     ScreenshotFingerprinter,
     default_fingerprinter,
@@ -100,6 +105,8 @@ _FILE_RE = re.compile(r"^iteration_(\d{6,})(?:\.rank(\d{3,}))?\.jsonl$")
 _TEMP_RE = re.compile(r"^\.iteration_\d{6,}(?:\.rank\d{3,})?\.jsonl\.[A-Za-z0-9_]+\.tmp$")
 _NO_CRC = -1
 _LISTING_RETRIES = 5
+# Step-line key: the step's prompt holds image URLs relative to the storage root.
+_RELATIVE_URLS = "relative_image_urls"
 
 
 def _encode(array: NDArray[Any], dtype: str) -> str:
@@ -412,17 +419,29 @@ class TrajectoryStorage:
         first_meta = dict(steps[0].get("trajectory_metadata") or {})
         first_meta["keypoint_step_ids"] = keypoints
         steps[0]["trajectory_metadata"] = first_meta
-        for d in steps:
+        prompts_root = root_url(self.root)
+        relative_urls = [False] * n
+        for s, d in enumerate(steps):
             obs = d["observation"]
             obs["image_path"] = self._relative(obs["image_path"])
+            response = d.get("response")
+            prompt = response.get("raw_prompt") if isinstance(response, Mapping) else None
+            if isinstance(prompt, str) and prompt:
+                relative = relative_prompt(prompt, prompts_root)
+                if relative is not None:
+                    response["raw_prompt"] = relative  # type: ignore[index]
+                    relative_urls[s] = True
             if not keep_page_metadata and isinstance(obs.get("page_metadata"), Mapping):
                 pm = obs["page_metadata"]
                 obs["page_metadata"] = {k: pm[k] for k in ("title", "url") if k in pm}
         lines = []
         for s, d in enumerate(steps):
+            line: dict[str, Any] = {"t": t, "s": s, "step": d}
+            if relative_urls[s]:
+                line[_RELATIVE_URLS] = True
             try:
                 text = json.dumps(
-                    {"t": t, "s": s, "step": d},
+                    line,
                     ensure_ascii=False,
                     allow_nan=False,
                     separators=(",", ":"),
@@ -637,6 +656,10 @@ class TrajectoryStorage:
         try:
             record = json.loads(line)
             t, s, data = int(record["t"]), int(record["s"]), record["step"]
+            if record.get(_RELATIVE_URLS):
+                data["response"]["raw_prompt"] = resolve_prompt(
+                    data["response"]["raw_prompt"], root_url(self.root)
+                )
             step = step_from_dict(data)
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
             raise StorageError(f"{where}: malformed step line ({exc})") from None
