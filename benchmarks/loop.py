@@ -114,7 +114,7 @@ def tables(summary: dict[str, Any], *, quick: bool, load: tuple[float, float], w
     present = [s for s in STAGES if any(s in row["seconds"] for row in rows)]
     body = []
     for row in rows:
-        total = sum(row["seconds"].values())
+        total = row.get("wall_s") or sum(row["seconds"].values())
         cells = [str(row["iteration"])]
         for stage in present:
             seconds = row["seconds"].get(stage)
@@ -123,7 +123,7 @@ def tables(summary: dict[str, Any], *, quick: bool, load: tuple[float, float], w
         share = row.get("overhead_share")
         cells.append("" if share is None else f"{100 * share:.2f}%")
         body.append(cells)
-    out.append(markdown_table(["iteration", *present, "total s", "loop overhead"], body))
+    out.append(markdown_table(["iteration", *present, "wall s", "loop overhead"], body))
     return "\n".join(out)
 
 

@@ -45,3 +45,19 @@ def test_loop_writes_success_rate_loss_and_stage_seconds_to_tensorboard(tmp_path
     assert "loop/seconds/train" in tags
     (event,) = acc.Scalars("loop/train_loss_last")
     assert event.step == 1 and event.value == pytest.approx(row["train_loss"]["last"])
+
+
+def test_overhead_share_is_everything_outside_the_tools_over_the_wall_time() -> None:
+    from replaystore.loop.runner import _overhead_share
+
+    stages = {
+        "sample": {"done": True, "seconds": 0.2},
+        "serve": {"done": True, "seconds": 30.0},
+        "rollout": {"done": True, "seconds": 20.0, "timings": {"overhead": 0.3}},
+        "export": {"done": True, "seconds": 0.5},
+        "train": {"done": True, "seconds": 49.0},
+    }
+    # Tools: 30 + 20 + 49 - 0.3 (the collector's own work) = 98.7 s of 100 s of wall time.
+    assert _overhead_share(stages, 100.0) == pytest.approx(0.013)
+    # An older journal without wall time: the stages' sum stands in for it.
+    assert _overhead_share(stages) == pytest.approx(1.0 / 99.7, abs=1e-5)

@@ -310,6 +310,16 @@ class LoopRunner:
     # ------------------------------------------------------------------ one iteration
 
     def _iteration(self, k: int, tasks_file: Path, *, last: bool) -> None:
+        """Run the unfinished stages of iteration ``k``; its wall time goes to the journal
+        (``wall_s``, summed over resumed runs) for the loop's overhead share."""
+        assert self.journal is not None
+        started = _now()
+        self._stages(k, tasks_file, last=last)
+        record = self.journal.iteration(k)
+        record["wall_s"] = round(float(record.get("wall_s", 0.0)) + _now() - started, 3)
+        self.journal.save()
+
+    def _stages(self, k: int, tasks_file: Path, *, last: bool) -> None:
         assert self.journal is not None
         cfg = self.config
         record = self.journal.iteration(k)
@@ -887,7 +897,8 @@ class LoopRunner:
                     else None,
                     "trained_checkpoint": train.get("checkpoint"),
                     "seconds": seconds,
-                    "overhead_share": _overhead_share(stages),
+                    "wall_s": record.get("wall_s"),
+                    "overhead_share": _overhead_share(stages, record.get("wall_s")),
                 }
             )
         return {"iterations": rows, "untrained": self.journal.data.get("baseline")}
@@ -914,17 +925,20 @@ class LoopRunner:
 _TOOL_STAGES = ("serve", "rollout", "model", "baseline", "train")
 
 
-def _overhead_share(stages: dict[str, Any]) -> float | None:
-    """The loop's own share of the iteration's time: stages outside the tools, plus the
-    collector's own per-step cost, over the whole."""
+def _overhead_share(stages: dict[str, Any], wall_s: float | None = None) -> float | None:
+    """The loop's own share of the iteration's wall time: everything but the time spent in
+    the tools (server start, the rollout's browser and model calls, the trainer, the tiny
+    model builder), the collector's own per-step work counted as the loop's.
+
+    Without ``wall_s`` (a journal from before it was recorded) the stages' sum stands in."""
     done = {n: s for n, s in stages.items() if isinstance(s, dict) and s.get("done")}
-    total = sum(float(s.get("seconds", 0.0)) for s in done.values())
+    total = float(wall_s) if wall_s else sum(float(s.get("seconds", 0.0)) for s in done.values())
     if total <= 0:
         return None
-    own = sum(float(s.get("seconds", 0.0)) for n, s in done.items() if n not in _TOOL_STAGES)
+    tools = sum(float(s.get("seconds", 0.0)) for n, s in done.items() if n in _TOOL_STAGES)
     timings = (done.get("rollout") or {}).get("timings") or {}
-    own += float(timings.get("overhead", 0.0))
-    return round(own / total, 5)
+    tools -= float(timings.get("overhead", 0.0))
+    return round(max(0.0, total - tools) / total, 5)
 
 
 def _status(trajectory: list[dict[str, Any]]) -> str | None:
