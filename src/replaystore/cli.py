@@ -896,6 +896,9 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
     except BrowserUnavailableError as exc:
         print(f"replaystore rollout: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before the iteration started, or after its file was written
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     if result.model_server_error is not None:
         return _rollout_server_failure(result)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.status_counts().items()))
@@ -911,9 +914,19 @@ def _cmd_rollout(args: argparse.Namespace) -> int:
     if result.path is not None:
         print(f"stored: {result.path}")
     if result.interrupted:
-        print("interrupted: finished trajectories were saved", file=sys.stderr)
+        print(_interrupted_line(result), file=sys.stderr)
         return 130
     return 0
+
+
+def _interrupted_line(result: Any) -> str:
+    """What an iteration stopped by Ctrl-C saved: the finished trajectories, or nothing."""
+    if result.path is None:
+        return "interrupted: no task had finished; nothing was saved"
+    return (
+        f"interrupted: {len(result.outcomes)} finished trajectories saved in {result.path}; "
+        f"{len(result.skipped)} tasks cut or not started (its metadata's skipped_task_ids)"
+    )
 
 
 def _blocklist_skip_line(skipped: dict[str, int], out: Path) -> str:

@@ -1,9 +1,12 @@
 """Ctrl-C (SIGINT) in the middle of an iteration keeps every finished trajectory.
 
-The collector runs in a child process on the local suite: two tasks answer at
-once, two wait on a model that never answers. Once both quick tasks are
-evaluated, the test sends SIGINT; the child must exit with 130 after writing
-the two finished trajectories (and nothing else).
+The collector runs in a child process on the local suite: the quick tasks
+answer at once, the others wait on a model that never answers. Once the quick
+tasks are evaluated, the test sends SIGINT (once, twice 50 ms apart, or to the
+whole process group as a terminal does); the child must exit with 130 after
+writing the finished trajectories (and nothing else), name the cut tasks in
+the file's ``skipped_task_ids``, and leave no screenshots of them behind.
+``replaystore rollout`` interrupted before any task finished says nothing was saved.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from pathlib import Path
 
 from replaystore.trajectories.storage import TrajectoryStorage
 
+TASK_IDS = ("shop-004", "news-001", "travel-001", "recipes-001")
+QUICK = ("news-001", "recipes-001")
+STALLED = ("shop-004", "travel-001")
+
 CHILD = r"""
 import asyncio, sys
 from pathlib import Path
@@ -29,7 +36,7 @@ from replaystore.trajectories.storage import TrajectoryStorage
 
 out = Path(sys.argv[1])
 chromium = sys.argv[2] or None
-QUICK = {"news-001", "recipes-001"}
+QUICK = set(sys.argv[3].split(","))
 
 class Policy:
     async def respond(self, request):
@@ -63,6 +70,23 @@ async def main():
 sys.exit(asyncio.run(main()))
 """
 
+# ``replaystore rollout`` on the suite with a scripted policy that never answers.
+CLI_CHILD = r"""
+import asyncio, sys
+from pathlib import Path
+from replaystore.rollouts import scripted
+
+marker = Path(sys.argv[1])
+
+async def never_answers(self, request):
+    (marker / f"stalled-{request.task.task_id}").touch()
+    await asyncio.sleep(120)
+
+scripted.ScriptedPolicy.respond = never_answers
+from replaystore.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
 
 def _wait_for(paths: list[Path], proc: subprocess.Popen[str], limit_s: float) -> None:
     deadline = time.monotonic() + limit_s
@@ -75,33 +99,108 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen[str], limit_s: float) ->
         time.sleep(0.05)
 
 
-def test_sigint_mid_iteration_keeps_every_finished_trajectory(
-    chromium: str | None, tmp_path: Path
-) -> None:
+def _start(tmp_path: Path, chromium: str | None, *, group: bool = False) -> subprocess.Popen[str]:
+    """The child, once its quick tasks are evaluated and the others wait on the model."""
     script = tmp_path / "child.py"
     script.write_text(CHILD, encoding="utf-8")
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path), chromium or ""],
+        [sys.executable, str(script), str(tmp_path), chromium or "", ",".join(QUICK)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=group,
     )
-    markers = [tmp_path / f"evaluated-{i}" for i in ("news-001", "recipes-001")]
-    markers += [tmp_path / f"stalled-{i}" for i in ("shop-004", "travel-001")]
+    markers = [tmp_path / f"evaluated-{i}" for i in QUICK]
+    markers += [tmp_path / f"stalled-{i}" for i in STALLED]
     _wait_for(markers, proc, 60)
-    proc.send_signal(signal.SIGINT)
+    return proc
+
+
+def _finish(proc: subprocess.Popen[str]) -> tuple[str, str]:
     try:
-        stdout, stderr = proc.communicate(timeout=30)
+        return proc.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
         raise
-    assert proc.returncode == 130, (stdout, stderr)
-    assert "Ctrl-C" in stderr
-    stored = TrajectoryStorage(tmp_path / "storage").load_all()
-    ids = sorted(t[0]["observation"].task.task_id for t in stored)
-    assert ids == ["news-001", "recipes-001"]
+
+
+def _assert_only_the_finished_were_saved(tmp_path: Path) -> None:
+    storage = TrajectoryStorage(tmp_path / "storage")
+    stored = storage.load_all()
+    assert sorted(t[0]["observation"].task.task_id for t in stored) == list(QUICK)
     for trajectory in stored:
         assert trajectory[-1]["trajectory_metadata"]["status"] == "answered"
-    metadata = TrajectoryStorage(tmp_path / "storage").metadata(1)[0]
+    metadata = storage.metadata(1)[0]
     assert metadata["interrupted"] is True
+    assert sorted(metadata["skipped_task_ids"]) == list(STALLED)
+
+
+def test_sigint_mid_iteration_keeps_every_finished_trajectory(
+    chromium: str | None, tmp_path: Path
+) -> None:
+    proc = _start(tmp_path, chromium)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = _finish(proc)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "Ctrl-C" in stderr
+    _assert_only_the_finished_were_saved(tmp_path)
+
+
+def test_two_ctrl_c_50_ms_apart_keep_every_finished_trajectory(
+    chromium: str | None, tmp_path: Path
+) -> None:
+    proc = _start(tmp_path, chromium)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = _finish(proc)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "Traceback" not in stderr, stderr
+    _assert_only_the_finished_were_saved(tmp_path)
+
+
+def test_ctrl_c_to_the_process_group_ends_without_a_driver_error(
+    chromium: str | None, tmp_path: Path
+) -> None:
+    proc = _start(tmp_path, chromium, group=True)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal does: the browser driver gets it too
+    stdout, stderr = _finish(proc)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "never retrieved" not in stderr and "Traceback" not in stderr, stderr
+    _assert_only_the_finished_were_saved(tmp_path)
+
+
+def test_tasks_cut_by_ctrl_c_leave_no_screenshots(chromium: str | None, tmp_path: Path) -> None:
+    proc = _start(tmp_path, chromium)
+    proc.send_signal(signal.SIGINT)
+    _finish(proc)
+    rank = tmp_path / "storage" / "screenshots" / "iteration_000001" / "rank000"
+    folders = sorted(p.name for p in rank.iterdir())
+    assert folders == ["0001_news-001", "0003_recipes-001"]
+    assert all(any((rank / f).iterdir()) for f in folders)
+
+
+def test_ctrl_c_before_any_task_finished_says_nothing_was_saved(
+    chromium: str | None, tmp_path: Path
+) -> None:
+    script = tmp_path / "cli_child.py"
+    script.write_text(CLI_CHILD, encoding="utf-8")
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path), "rollout", "--out", str(out),
+         "--workers", "2", "--max-tasks", "2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    suite_ids = ("shop-001", "shop-002")
+    _wait_for([tmp_path / f"stalled-{i}" for i in suite_ids], proc, 60)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = _finish(proc)
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "were saved" not in stderr and "will be saved" not in stderr, stderr
+    assert "interrupted: no task had finished; nothing was saved" in stderr, stderr
+    assert TrajectoryStorage(out / "storage").files() == []
+    assert not (out / "storage" / "screenshots").exists() or not any(
+        (out / "storage" / "screenshots").rglob("*.png")
+    )

@@ -244,6 +244,11 @@ class BrowserPool:
                         headless=self.headless,
                         args=list(self.args),
                         timeout=self.launch_timeout_s * 1000.0,
+                        # Ctrl-C is the collector's: a terminal sends it to the whole
+                        # process group, and Playwright's driver would close the browser
+                        # under the running tasks and drop its connection ("Connection
+                        # closed while reading from the driver").
+                        handle_sigint=False,
                     )
                 except api.Error as exc:
                     raise BrowserUnavailableError(

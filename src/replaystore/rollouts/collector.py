@@ -45,8 +45,13 @@ set too when every task ended in ``error`` on a
 :class:`~replaystore.errors.ModelServerError` (400/500 after retries, connection
 refused, 404), an iteration in which no task reached the model.
 
-Ctrl-C (SIGINT, when the collector runs in the main thread) stops the running
-tasks and still writes every finished trajectory; a second Ctrl-C aborts at once.
+Ctrl-C (SIGINT, when the collector runs in the main thread) stops the iteration:
+the tasks finished by then are written, the running ones are cut (not stored,
+their screenshot folders removed, their ids in the file's ``skipped_task_ids``
+with the tasks never started). A second Ctrl-C stops waiting for the cut tasks;
+no number of Ctrl-C loses the finished trajectories (the handler stays until the
+file is written). The browser ignores the Ctrl-C a terminal sends to the whole
+process group (``BrowserPool`` launches it with ``handle_sigint=False``).
 
 Each trajectory's last step carries ``trajectory_metadata``: ``status``,
 ``seconds``, ``iteration``, ``rank``, ``error``, ``observation`` (what the model
@@ -61,6 +66,7 @@ import json
 import logging
 import math
 import re
+import shutil
 import signal
 import sys
 import threading
@@ -228,8 +234,10 @@ class IterationResult:
     """What one :meth:`RolloutCollector.run_iteration` did.
 
     Attributes:
-        outcomes: one per task that started, in task order.
-        skipped: tasks never started (the grace period ended the iteration, or Ctrl-C).
+        outcomes: one per task that started, in task order (after Ctrl-C: one per
+            task finished by then).
+        skipped: tasks not stored: never started (the grace period ended the
+            iteration, or Ctrl-C) or cut by Ctrl-C, in task order.
         path: the iteration file written (None when nothing was written).
         interrupted: Ctrl-C stopped the iteration.
         blocked_sites: sites (``scheme://host:port``) recorded in the blocklist during
@@ -525,16 +533,8 @@ class RolloutCollector:
         wall = looks_blocked(run.nav_status, snap["title"], snap["text"], snap.get("challenge", ""))
         return observation, wall
 
-    async def _run_task(
-        self,
-        run: _Run,
-        iteration: int,
-        folder: Path,
-        timings: dict[str, float],
-        nav_errors: Counter[str],
-        blocked_sites: list[str],
-        step_counter: list[int],
-    ) -> None:
+    async def _run_task(self, run: _Run, it: _Iteration, folder: Path) -> None:
+        """Open the task's website in a fresh browser context and take its steps."""
         async with self.pool.context() as context:
             page = await context.new_page()
 
@@ -546,7 +546,7 @@ class RolloutCollector:
 
             page.on("response", on_response)
             watcher = NavigationWatcher(page)
-            if not await self._open(page, run, nav_errors):
+            if not await self._open(page, run, it.nav_errors):
                 run.status = "navigation_error"
                 run.steps = [_invalid_url_step(run.task, run.error)]
                 return
@@ -554,12 +554,10 @@ class RolloutCollector:
             for step in range(budget):
                 try:
                     async with asyncio.timeout(self.step_timeout_s):
-                        finished = await self._step(
-                            page, watcher, run, step, iteration, folder, timings, blocked_sites
-                        )
+                        finished = await self._step(page, watcher, run, step, it, folder)
                 except TimeoutError:
                     raise _StepTimeout(f"step {step} ran past {self.step_timeout_s:g} s") from None
-                step_counter[0] += 1
+                it.steps_done += 1
                 if finished:
                     return
             run.status = "max_steps"
@@ -570,12 +568,11 @@ class RolloutCollector:
         watcher: Any,
         run: _Run,
         step: int,
-        iteration: int,
+        it: _Iteration,
         folder: Path,
-        timings: dict[str, float],
-        blocked_sites: list[str],
     ) -> bool:
         """One observe -> act -> execute round; True when the task ended."""
+        timings, iteration = it.timings, it.number
         t_start = time.perf_counter()
         before = dict(timings)
         observation, wall = await self._observe(page, run, step, folder, timings)
@@ -593,7 +590,7 @@ class RolloutCollector:
                     task_id=run.task.task_id,
                     screenshot_path=observation.image_path,
                 )
-                blocked_sites.append(normalize_site(page.url))
+                it.blocked_sites.append(normalize_site(page.url))
             logger.info("task %s: %s", run.task.task_id, run.error)
             _account(timings, before, t_start)
             return True
@@ -731,6 +728,12 @@ class RolloutCollector:
     ) -> IterationResult:
         """Roll out ``tasks`` and store them as ``iteration`` for ``rank``.
 
+        The stages: :meth:`_start_workers` (one asyncio task per worker, each taking
+        tasks in order), :meth:`_supervise` (waits for them; completion threshold and
+        grace period), :meth:`_store` (the iteration file, task history) and
+        :meth:`_report` (log line, experiment logger). Ctrl-C is caught from the
+        start until the file is written (:meth:`_on_ctrl_c`).
+
         Args:
             tasks: the tasks (:class:`Task` or mappings of its fields).
             iteration: the iteration number (>= 1) of the file written.
@@ -754,208 +757,292 @@ class RolloutCollector:
             self.max_steps(task)  # a bad difficulty fails before any browser work
         if int(iteration) != iteration or iteration < 1:
             raise ValueError(f"iteration must be an integer >= 1, got {iteration!r}")
-        started = time.perf_counter()
-        base = self.screenshot_root / f"iteration_{int(iteration):06d}" / f"rank{int(rank):03d}"
-        timings = dict.fromkeys(("browser", "screenshot", "policy", "write", "overhead"), 0.0)
-        nav_errors: Counter[str] = Counter()
-        blocked_sites: list[str] = []
-        step_counter = [0]
-        queue = list(enumerate(todo))
-        queue.reverse()
-        outcomes: dict[int, TaskOutcome] = {}
-        runs: dict[int, _Run] = {}
-        stop_reason: list[str] = []
-        # Tasks that ended on a ModelServerError, and the first server message.
-        server_failed: set[int] = set()
-        server_message: list[str] = []
-        bar = _Progress(len(todo), self.progress)
-
-        async def worker() -> None:
-            while queue and not stop_reason:
-                index, task = queue.pop()
-                run = _Run(index, task)
-                runs[index] = run
-                folder = (
-                    base / f"{index:04d}_{_SAFE_NAME.sub('_', str(task.task_id or 'task'))[:60]}"
-                )
-                folder.mkdir(parents=True, exist_ok=True)
-                bar.started()
-                status: str | None = None
-                try:
-                    async with asyncio.timeout(self.task_timeout_s):
-                        await self._run_task(
-                            run, iteration, folder, timings, nav_errors, blocked_sites, step_counter
-                        )
-                except TimeoutError:
-                    status, run.error = "timeout", f"task ran past {self.task_timeout_s:g} s"
-                except _StepTimeout as exc:
-                    status, run.error = "step_timeout", str(exc)
-                except asyncio.CancelledError:
-                    reason = stop_reason[0] if stop_reason else "interrupted"
-                    if reason == "text_only_model":
-                        server_failed.add(index)
-                        reason, run.error = "error", f"stopped: {server_message[0]}"
-                    outcomes[index] = await asyncio.shield(
-                        self._finish(run, iteration, rank, reason)
-                    )
-                    bar.finished(True, step_counter[0])
-                    raise
-                except ModelServerError as exc:
-                    status, run.error = "error", f"ModelServerError: {exc}"
-                    server_failed.add(index)
-                    logger.info("task %s: model server failed: %s", task.task_id, exc)
-                    if not server_message:  # one traceback per iteration, not one per task
-                        logger.debug("task %s's model server failure", task.task_id, exc_info=exc)
-                        server_message.append(str(exc))
-                    if is_text_only_model_error(str(exc)):
-                        # Every request with a screenshot will get the same answer.
-                        outcomes[index] = await self._finish(run, iteration, rank, status)
-                        bar.finished(True, step_counter[0])
-                        cancel("text_only_model")
-                        return
-                except Exception as exc:  # a broken page or policy fails this task, not the run
-                    logger.exception("task %s failed", task.task_id)
-                    status, run.error = "error", f"{type(exc).__name__}: {exc}"
-                if status is not None and index not in server_failed:
-                    logger.warning("task %s: %s", task.task_id, run.error)
-                outcomes[index] = await self._finish(run, iteration, rank, status)
-                bar.finished(outcomes[index].failed, step_counter[0])
-
-        workers = [asyncio.create_task(worker()) for _ in range(min(self.num_workers, len(todo)))]
-
-        def cancel(reason: str) -> None:
-            if not stop_reason:
-                stop_reason.append(reason)
-            for w in workers:
-                w.cancel()
-
+        it = _Iteration(int(iteration), int(rank), todo, _Progress(len(todo), self.progress))
+        it.base = self.screenshot_root / f"iteration_{it.number:06d}" / f"rank{it.rank:03d}"
         loop = asyncio.get_running_loop()
-        sigint = False
+        catching = False
         if self.handle_sigint and threading.current_thread() is threading.main_thread():
-
-            def on_sigint() -> None:
-                logger.warning(
-                    "Ctrl-C: stopping iteration %s; finished trajectories will be saved "
-                    "(press Ctrl-C again to abort)",
-                    iteration,
-                )
-                loop.remove_signal_handler(signal.SIGINT)
-                cancel("interrupted")
-
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.add_signal_handler(signal.SIGINT, on_sigint)
-                sigint = True
+                loop.add_signal_handler(signal.SIGINT, self._on_ctrl_c, it)
+                catching = True
         try:
-            threshold_at: float | None = None
-            pending = set(workers)
-            while pending:
-                done, pending = await asyncio.wait(pending, timeout=0.1)
-                for w in done:
-                    if not w.cancelled() and w.exception() is not None:
-                        cancel("error")
-                        raise w.exception()  # type: ignore[misc]
-                if stop_reason or not todo:
-                    continue
-                if threshold_at is None and len(outcomes) / len(todo) >= self.completion_threshold:
-                    threshold_at = time.perf_counter()
-                    if pending:
-                        logger.info(
-                            "completion threshold reached (%d/%d); grace period %g s",
-                            len(outcomes),
-                            len(todo),
-                            self.grace_period_s,
-                        )
-                if (
-                    threshold_at is not None
-                    and pending
-                    and (time.perf_counter() - threshold_at >= self.grace_period_s)
-                ):
-                    logger.warning(
-                        "grace period over: stopping %d unfinished task(s)",
-                        sum(1 for i in runs if i not in outcomes),
-                    )
-                    cancel("grace_expired")
+            self._start_workers(it)
+            await self._supervise(it)
+            it.bar.close()
+            result = await self._store(it)
         finally:
-            if sigint:
+            it.bar.close()
+            await self._stop_workers(it)
+            if catching:  # only now: no Ctrl-C can come between the tasks and their file
                 with contextlib.suppress(Exception):
                     loop.remove_signal_handler(signal.SIGINT)
-            bar.close()
-        interrupted = bool(stop_reason) and stop_reason[0] == "interrupted"
-        text_only = bool(stop_reason) and stop_reason[0] == "text_only_model"
-        ordered = [outcomes[i] for i in sorted(outcomes)]
-        if interrupted:
-            ordered = [o for o in ordered if o.status != "interrupted"]
-        skipped = [t for i, t in enumerate(todo) if i not in outcomes]
+        await self._report(it, result)
+        return result
+
+    def _start_workers(self, it: _Iteration) -> None:
+        """One asyncio task per worker (at most one per task)."""
+        it.queue = list(enumerate(it.todo))
+        it.queue.reverse()
+        it.workers = [
+            asyncio.create_task(self._worker(it))
+            for _ in range(min(self.num_workers, len(it.todo)))
+        ]
+
+    async def _worker(self, it: _Iteration) -> None:
+        """Takes tasks until none is left or the iteration stops."""
+        while it.queue and it.stop_reason is None:
+            index, task = it.queue.pop()
+            await self._attempt(it, index, task)
+
+    async def _attempt(self, it: _Iteration, index: int, task: Task) -> None:
+        """Run one task in its screenshot folder; record its outcome however it ends."""
+        run = _Run(index, task)
+        it.runs[index] = run
+        folder = it.base / f"{index:04d}_{_SAFE_NAME.sub('_', str(task.task_id or 'task'))[:60]}"
+        it.folders[index] = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        it.bar.started()
+        status: str | None = None
+        try:
+            async with asyncio.timeout(self.task_timeout_s):
+                await self._run_task(run, it, folder)
+        except TimeoutError:
+            status, run.error = "timeout", f"task ran past {self.task_timeout_s:g} s"
+        except _StepTimeout as exc:
+            status, run.error = "step_timeout", str(exc)
+        except asyncio.CancelledError:
+            reason = it.stop_reason or "interrupted"
+            if reason == "interrupted":  # cut by Ctrl-C: not stored, nothing to finish
+                seconds = time.perf_counter() - run.start
+                it.outcomes[index] = TaskOutcome(task, reason, [], 0.0, "Ctrl-C", seconds)
+                it.bar.finished(True, it.steps_done)
+                raise
+            if reason == "text_only_model":
+                it.server_failed.add(index)
+                reason, run.error = "error", f"stopped: {it.server_message}"
+            it.outcomes[index] = await asyncio.shield(self._finish(run, it.number, it.rank, reason))
+            it.bar.finished(True, it.steps_done)
+            raise
+        except ModelServerError as exc:
+            status, run.error = "error", f"ModelServerError: {exc}"
+            it.server_failed.add(index)
+            logger.info("task %s: model server failed: %s", task.task_id, exc)
+            if it.server_message is None:  # one traceback per iteration, not one per task
+                logger.debug("task %s's model server failure", task.task_id, exc_info=exc)
+                it.server_message = str(exc)
+            if is_text_only_model_error(str(exc)):
+                # Every request with a screenshot will get the same answer.
+                it.outcomes[index] = await self._finish(run, it.number, it.rank, status)
+                it.bar.finished(True, it.steps_done)
+                it.cancel("text_only_model")
+                return
+        except Exception as exc:  # a broken page or policy fails this task, not the run
+            logger.exception("task %s failed", task.task_id)
+            status, run.error = "error", f"{type(exc).__name__}: {exc}"
+        if status is not None and index not in it.server_failed:
+            logger.warning("task %s: %s", task.task_id, run.error)
+        it.outcomes[index] = await self._finish(run, it.number, it.rank, status)
+        it.bar.finished(it.outcomes[index].failed, it.steps_done)
+
+    async def _supervise(self, it: _Iteration) -> None:
+        """Wait for the workers; start the grace period at the completion threshold and
+        cut the slowest tasks when it is over. Returns early after a second Ctrl-C.
+
+        Raises:
+            Exception: what a worker raised outside its task's handling (then the
+                other workers are cancelled).
+        """
+        threshold_at: float | None = None
+        pending = set(it.workers)
+        while pending and it.ctrl_c < 2:
+            done, pending = await asyncio.wait(pending, timeout=0.1)
+            for w in done:
+                if not w.cancelled() and w.exception() is not None:
+                    it.cancel("error")
+                    raise w.exception()  # type: ignore[misc]
+            if it.stop_reason is not None or not it.todo:
+                continue
+            if (
+                threshold_at is None
+                and len(it.outcomes) / len(it.todo) >= self.completion_threshold
+            ):
+                threshold_at = time.perf_counter()
+                if pending:
+                    logger.info(
+                        "completion threshold reached (%d/%d); grace period %g s",
+                        len(it.outcomes),
+                        len(it.todo),
+                        self.grace_period_s,
+                    )
+            if (
+                threshold_at is not None
+                and pending
+                and (time.perf_counter() - threshold_at >= self.grace_period_s)
+            ):
+                logger.warning(
+                    "grace period over: stopping %d unfinished task(s)",
+                    sum(1 for i in it.runs if i not in it.outcomes),
+                )
+                it.cancel("grace_expired")
+
+    def _on_ctrl_c(self, it: _Iteration) -> None:
+        """SIGINT: the first stops the iteration (the tasks finished by then are stored,
+        the running ones are cut), the second stops waiting for the cut tasks; any
+        further one only says the file is being written."""
+        it.ctrl_c += 1
+        if it.ctrl_c == 1:
+            it.finished_at_ctrl_c = set(it.outcomes)
+            running = sum(1 for i in it.runs if i not in it.outcomes)
+            saved = (
+                f"saving its {len(it.finished_at_ctrl_c)} finished trajectories"
+                if it.finished_at_ctrl_c
+                else "no task has finished, nothing to save"
+            )
+            logger.warning(
+                "Ctrl-C: stopping iteration %d: %s; %d running task(s) cut "
+                "(Ctrl-C again stops waiting for them)",
+                it.number,
+                saved,
+                running,
+            )
+            it.cancel("interrupted")
+        elif it.ctrl_c == 2:
+            logger.warning("Ctrl-C again: not waiting for the cut tasks")
+        else:
+            logger.warning("Ctrl-C: the iteration ends as soon as its file is written")
+
+    async def _stop_workers(self, it: _Iteration, wait_s: float = 5.0) -> None:
+        """Cancel the workers still running (after a second Ctrl-C or an error) and give
+        them ``wait_s`` to close their browser contexts."""
+        left = [w for w in it.workers if not w.done()]
+        for w in left:
+            w.cancel()
+        if left:
+            await asyncio.wait(left, timeout=wait_s)
+
+    async def _store(self, it: _Iteration) -> IterationResult:
+        """Write the iteration file and the task history; the iteration's result.
+
+        Stored: every task that ended, or after Ctrl-C the tasks finished by then;
+        the others are named in the file's ``skipped_task_ids`` and their screenshot
+        folders removed. A text-only model stores nothing.
+        """
+        interrupted = it.ctrl_c > 0
+        text_only = it.stop_reason == "text_only_model"
+        kept = sorted(it.finished_at_ctrl_c if interrupted else it.outcomes)
+        ordered = [it.outcomes[i] for i in kept]
+        # Never started (the grace period, Ctrl-C) or cut by Ctrl-C: named in the file.
+        skipped = [t for i, t in enumerate(it.todo) if i not in kept]
         model_server_error = None
         # A failed iteration is reported by the caller from the result (the CLI: one line);
         # a partly failed one gets one warning here instead of one per task.
-        if text_only or (outcomes and server_failed >= set(outcomes)):
-            model_server_error = server_message[0]
-            logger.info("iteration %d failed on the model server: %s", iteration, server_message[0])
-        elif server_failed:
+        if text_only or (it.outcomes and it.server_failed >= set(it.outcomes)):
+            model_server_error = it.server_message
+            logger.info("iteration %d failed on the model server: %s", it.number, it.server_message)
+        elif it.server_failed:
             logger.warning(
                 "%d of %d tasks failed on the model server; the first: %s",
-                len(server_failed),
-                len(outcomes),
-                server_message[0],
+                len(it.server_failed),
+                len(it.outcomes),
+                it.server_message,
             )
         # A text-only model refused the first screenshot: the tasks' records say only that.
-        trajectories = [] if text_only else [o.trajectory for o in ordered]
+        stored = [] if text_only else ordered
         path = None
-        if trajectories:
+        if stored:
             path = await asyncio.to_thread(
                 self.storage.save_iteration,
-                int(iteration),
-                trajectories,
-                rank=int(rank),
+                it.number,
+                [o.trajectory for o in stored],
+                rank=it.rank,
                 metadata={
                     "collector": "replaystore.rollouts",
-                    "statuses": dict(Counter(o.status for o in ordered)),
+                    "statuses": dict(Counter(o.status for o in stored)),
                     "interrupted": interrupted,
                     "skipped_task_ids": [t.task_id for t in skipped],
-                    "blocked_sites": sorted(set(blocked_sites)),
+                    "blocked_sites": sorted(set(it.blocked_sites)),
                 },
             )
+        unstored = [it.folders[i] for i in it.folders if text_only or i not in kept]
+        if unstored:
+            await asyncio.to_thread(_remove_folders, unstored, it.base)
         if self.task_history is not None and not text_only:
             self.task_history.update(
                 [o.trajectory for o in ordered if o.status != "navigation_error"]
             )
-        seconds = time.perf_counter() - started
-        result = IterationResult(
-            iteration=int(iteration),
-            rank=int(rank),
+        return IterationResult(
+            iteration=it.number,
+            rank=it.rank,
             outcomes=ordered,
             skipped=skipped,
             path=path,
             interrupted=interrupted,
-            blocked_sites=sorted(set(blocked_sites)),
-            navigation_errors=dict(nav_errors),
-            seconds=seconds,
-            timings=timings,
+            blocked_sites=sorted(set(it.blocked_sites)),
+            navigation_errors=dict(it.nav_errors),
+            seconds=time.perf_counter() - it.started,
+            timings=it.timings,
             model_server_error=model_server_error,
         )
+
+    async def _report(self, it: _Iteration, result: IterationResult) -> None:
+        """The iteration's log line and the experiment logger's metrics."""
         logger.info(
             "iteration %d rank %d: %d trajectories, %d steps, success %.0f%%, %.2f steps/s%s",
             result.iteration,
             result.rank,
-            len(ordered),
+            len(result.outcomes),
             result.steps,
             100 * result.success_rate,
             result.steps_per_second,
-            " (interrupted)" if interrupted else "",
+            " (interrupted)" if result.interrupted else "",
         )
+        trajectories = [] if result.text_only_model else result.trajectories
         if self.logger is not None and trajectories:
             self.logger.log_iteration(
-                int(iteration),
+                result.iteration,
                 trajectories,
                 blocked_sites=result.blocked_sites,
                 throughput={
                     "steps_per_second": result.steps_per_second,
-                    "seconds": seconds,
-                    "overhead_ms_per_step": 1000 * timings["overhead"] / max(1, result.steps),
+                    "seconds": result.seconds,
+                    "overhead_ms_per_step": 1000 * it.timings["overhead"] / max(1, result.steps),
                 },
             )
-        return result
+
+
+class _Iteration:
+    """Mutable state of one :meth:`RolloutCollector.run_iteration`, shared by its workers,
+    its supervisor, the Ctrl-C handler and the store."""
+
+    def __init__(self, number: int, rank: int, todo: list[Task], bar: _Progress) -> None:
+        self.number = number
+        self.rank = rank
+        self.todo = todo
+        self.bar = bar
+        self.started = time.perf_counter()
+        self.base = Path()  # the iteration's screenshot folder for this rank
+        self.queue: list[tuple[int, Task]] = []  # (index, task), next one last
+        self.workers: list[asyncio.Task[None]] = []
+        self.runs: dict[int, _Run] = {}
+        self.outcomes: dict[int, TaskOutcome] = {}
+        self.folders: dict[int, Path] = {}  # each started task's screenshot folder
+        self.timings = dict.fromkeys(("browser", "screenshot", "policy", "write", "overhead"), 0.0)
+        self.nav_errors: Counter[str] = Counter()
+        self.blocked_sites: list[str] = []
+        self.steps_done = 0
+        self.stop_reason: str | None = None  # interrupted, grace_expired, text_only_model, error
+        # Tasks that ended on a ModelServerError, and the first server message.
+        self.server_failed: set[int] = set()
+        self.server_message: str | None = None
+        self.ctrl_c = 0
+        self.finished_at_ctrl_c: set[int] = set()  # what an interrupted iteration stores
+
+    def cancel(self, reason: str) -> None:
+        """Stop the iteration: no new task starts and the running ones are cancelled."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        for w in self.workers:
+            w.cancel()
 
 
 # ---------------------------------------------------------------------- helpers
@@ -976,6 +1063,16 @@ def _write_png(path: Path, data: bytes) -> bytes | None:
     except (OSError, ValueError) as exc:
         logger.warning("screenshot %s cannot be fingerprinted: %s", path, exc)
         return None
+
+
+def _remove_folders(folders: list[Path], base: Path) -> None:
+    """Remove the screenshot folders of tasks that were not stored, then ``base`` and its
+    parent (the iteration's folder) if that left them empty."""
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    for directory in (base, base.parent):
+        with contextlib.suppress(OSError):
+            directory.rmdir()  # only when empty
 
 
 def _domain(url: str) -> str:
