@@ -27,6 +27,10 @@
    iteration and rank), ``task_history`` is updated and the experiment logger
    gets the iteration's metrics.
 
+Nothing blocks the event loop that drives every browser: screenshot files, the
+judge's screenshot reads, the iteration file, the experiment logger and the
+runner's file work run in worker threads (``asyncio.to_thread``).
+
 Failures are data, not crashes: a task that runs past ``task_timeout_s`` or a
 step past ``step_timeout_s`` is recorded with the steps it made and reward 0
 (status ``timeout``/``step_timeout``). The step that was cut keeps what it had
@@ -800,10 +804,10 @@ class RolloutCollector:
         it.runs[index] = run
         folder = it.base / f"{index:04d}_{_SAFE_NAME.sub('_', str(task.task_id or 'task'))[:60]}"
         it.folders[index] = folder
-        folder.mkdir(parents=True, exist_ok=True)
         it.bar.started()
         status: str | None = None
         try:
+            await asyncio.to_thread(folder.mkdir, parents=True, exist_ok=True)
             async with asyncio.timeout(self.task_timeout_s):
                 await self._run_task(run, it, folder)
         except TimeoutError:
@@ -909,7 +913,7 @@ class RolloutCollector:
         elif it.ctrl_c == 2:
             logger.warning("Ctrl-C again: not waiting for the cut tasks")
         else:
-            logger.warning("Ctrl-C: the iteration ends as soon as its file is written")
+            logger.warning("Ctrl-C: saving the finished trajectories; the iteration ends soon")
 
     async def _stop_workers(self, it: _Iteration, wait_s: float = 5.0) -> None:
         """Cancel the workers still running (after a second Ctrl-C or an error) and give
@@ -998,7 +1002,9 @@ class RolloutCollector:
         )
         trajectories = [] if result.text_only_model else result.trajectories
         if self.logger is not None and trajectories:
-            self.logger.log_iteration(
+            # A backend may write event files or upload (W&B): not on the event loop.
+            await asyncio.to_thread(
+                self.logger.log_iteration,
                 result.iteration,
                 trajectories,
                 blocked_sites=result.blocked_sites,
@@ -1146,3 +1152,4 @@ class _Progress:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+            self._bar = None

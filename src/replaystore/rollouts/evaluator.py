@@ -38,6 +38,7 @@ and ``submission_judgment`` (a JSON dict: ``method`` of ``"blocked"``, ``"none"`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import re
@@ -278,7 +279,9 @@ class OpenAIJudge:
         Raises:
             ModelServerError: the judge's server failed (see ``ChatCompletionsClient``).
         """
-        text = await self.client.complete(self.messages(task, answer, steps), temperature=0.0)
+        # messages() reads and base64-encodes screenshots: file work, off the event loop.
+        messages = await asyncio.to_thread(self.messages, task, answer, steps)
+        text = await self.client.complete(messages, temperature=0.0)
         verdicts = _VERDICT.findall(text)
         if not verdicts:
             return JudgeVerdict(False, f"{text}\n[no 'Verdict:' line: counted as NOT SUCCESS]")

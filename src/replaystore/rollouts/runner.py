@@ -12,9 +12,11 @@ stored in both modes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -80,11 +82,8 @@ async def rollout(
         SchemaError: a task file that holds no task (names the file).
         BrowserUnavailableError: no browser (its message says how to get one).
     """
-    from replaystore.pipeline.blocklist import Blocklist, blocking_rule
-    from replaystore.pipeline.task_history import TaskHistory
     from replaystore.pipeline.task_sampler import load_tasks
     from replaystore.trajectories.context import OBSERVATION_MODES, ConversationBuilder
-    from replaystore.trajectories.storage import TrajectoryStorage
 
     from .browser import BrowserPool
     from .chat_client import DEFAULT_REQUEST_TIMEOUT_S
@@ -123,10 +122,68 @@ async def rollout(
         agent = WebAgent(chat, conversation_builder=builder, image_urls="data")
     else:
         raise ConfigError(f"unknown policy {policy!r}; use scripted or openai")
-    out = Path(out)
+    # File work (directories, the storage listing, history, blocklist, the task file)
+    # runs in worker threads: nothing here blocks the event loop.
+    run_dir = await asyncio.to_thread(
+        _open_run_directory, Path(out), iteration, logger_backend, rank
+    )
+    with contextlib.ExitStack() as stack:
+        if str(tasks) == SUITE:
+            suite = stack.enter_context(LocalSuite())
+            task_list = suite.tasks()
+        else:
+            task_list = await asyncio.to_thread(load_tasks, tasks)
+            if not task_list:
+                raise SchemaError(f"{tasks}: the task file holds no task")
+        task_list, skipped = await asyncio.to_thread(
+            _leave_out_blocked, task_list, run_dir.blocklist, max_tasks
+        )
+        try:
+            async with BrowserPool(workers, cdp_urls=cdp_urls) as pool:
+                collector = RolloutCollector(
+                    agent,
+                    Evaluator(),
+                    run_dir.storage,
+                    pool=pool,
+                    num_workers=workers,
+                    blocklist=run_dir.blocklist,
+                    task_history=run_dir.history,
+                    logger=run_dir.experiment,
+                    progress=progress,
+                    **collector_options,
+                )
+                result = await collector.run_iteration(task_list, run_dir.number, rank=rank)
+        finally:
+            await agent.aclose()
+            if run_dir.experiment is not None:
+                await asyncio.to_thread(run_dir.experiment.close)
+    await asyncio.to_thread(run_dir.history.save, run_dir.history_file)
+    result.blocklist_skipped = skipped
+    return result
+
+
+@dataclass(slots=True)
+class _RunDirectory:
+    """What a rollout keeps in its run directory, opened."""
+
+    storage: Any  # TrajectoryStorage of <out>/storage
+    blocklist: Any  # Blocklist of <out>/blocklist.jsonl
+    history: Any  # TaskHistory loaded from history_file (empty when there is none)
+    history_file: Path
+    number: int  # the iteration to write
+    experiment: Any  # ExperimentLogger, or None
+
+
+def _open_run_directory(
+    out: Path, iteration: int | None, logger_backend: str, rank: int
+) -> _RunDirectory:
+    """Create ``out`` and open what a rollout keeps there (file work: call it in a thread)."""
+    from replaystore.pipeline.blocklist import Blocklist
+    from replaystore.pipeline.task_history import TaskHistory
+    from replaystore.trajectories.storage import TrajectoryStorage
+
     out.mkdir(parents=True, exist_ok=True)
     storage = TrajectoryStorage(out / "storage")
-    blocklist = Blocklist(out / "blocklist.jsonl")
     history_file = out / "task_history.json"
     history = TaskHistory.load(history_file) if history_file.exists() else TaskHistory()
     number = storage.next_iteration() if iteration is None else int(iteration)
@@ -135,39 +192,22 @@ async def rollout(
         from .experiment_logger import ExperimentLogger
 
         experiment = ExperimentLogger(logger_backend, log_dir=out / "logs", rank=rank)
-    with contextlib.ExitStack() as stack:
-        if str(tasks) == SUITE:
-            suite = stack.enter_context(LocalSuite())
-            task_list = suite.tasks()
-        else:
-            task_list = load_tasks(tasks)
-            if not task_list:
-                raise SchemaError(f"{tasks}: the task file holds no task")
-        rules = blocklist.rules()
-        blocking = [blocking_rule(t.website, rules) for t in task_list]
-        skipped = Counter(rule.site for rule in blocking if rule is not None)
-        task_list = [t for t, rule in zip(task_list, blocking, strict=True) if rule is None]
-        if max_tasks is not None:
-            task_list = task_list[:max_tasks]
-        try:
-            async with BrowserPool(workers, cdp_urls=cdp_urls) as pool:
-                collector = RolloutCollector(
-                    agent,
-                    Evaluator(),
-                    storage,
-                    pool=pool,
-                    num_workers=workers,
-                    blocklist=blocklist,
-                    task_history=history,
-                    logger=experiment,
-                    progress=progress,
-                    **collector_options,
-                )
-                result = await collector.run_iteration(task_list, number, rank=rank)
-        finally:
-            await agent.aclose()
-            if experiment is not None:
-                experiment.close()
-    history.save(history_file)
-    result.blocklist_skipped = dict(sorted(skipped.items()))
-    return result
+    return _RunDirectory(
+        storage, Blocklist(out / "blocklist.jsonl"), history, history_file, number, experiment
+    )
+
+
+def _leave_out_blocked(
+    tasks: list[Any], blocklist: Any, max_tasks: int | None
+) -> tuple[list[Any], dict[str, int]]:
+    """The tasks whose site is not on the blocklist (the first ``max_tasks``), and how many
+    were left out per blocked site (reads the blocklist file: call it in a thread)."""
+    from replaystore.pipeline.blocklist import blocking_rule
+
+    rules = blocklist.rules()
+    blocking = [blocking_rule(t.website, rules) for t in tasks]
+    skipped = Counter(rule.site for rule in blocking if rule is not None)
+    kept = [t for t, rule in zip(tasks, blocking, strict=True) if rule is None]
+    if max_tasks is not None:
+        kept = kept[:max_tasks]
+    return kept, dict(sorted(skipped.items()))
