@@ -40,6 +40,29 @@ EXCEPTIONS: dict[tuple[str, str, str], str] = {
         "an append-only journal: one O_APPEND write of one complete line per record, "
         "under the exclusive lock; whole-file rewrites go through atomic_open"
     ),
+    ("loop/processes.py", "ChildProcess.start", "open(w)"): (
+        "a child process's output, appended to its log file for people to read; never read "
+        "back as data"
+    ),
+    ("loop/runner.py", "LoopRunner._run_lock", "open(w)"): (
+        "the run directory's lock file: flock'd, holds the pid for the error message only"
+    ),
+    ("loop/runner.py", "LoopRunner._stage_export", "os.replace"): (
+        "renames the complete dataset.partial directory into place: the directory's commit"
+    ),
+    ("loop/runner.py", "LoopRunner._stage_model", "os.replace"): (
+        "renames the complete model.partial directory into place: the directory's commit"
+    ),
+    ("loop/runner.py", "LoopRunner._stage_train", "os.replace"): (
+        "renames the checkpoint's complete .partial directory into place (weights checked)"
+    ),
+    ("loop/tiny_model.py", "_atomic_write_text", "open(w)"): (
+        "atomic.py's temp file + fsync + rename, written out: the script runs in the "
+        "LLaMA-Factory environment, where replaystore is not installed"
+    ),
+    ("loop/tiny_model.py", "_atomic_write_text", "os.replace"): (
+        "the rename of that same sequence"
+    ),
     ("experience/storage/sqlite.py", "_create_file", "os.open(write)"): (
         "creates the empty database file with mode 0o666 & ~umask before SQLite opens "
         "it; SQLite's journal makes its own writes atomic"

@@ -23,6 +23,19 @@ import replaystore
 EXPORTS: dict[str, list[str]] = {
     "replaystore": ["ExperienceBuffer", "TrajectoryBuffer", "TransitionBuffer", "__version__"],
     "replaystore.demos": ["OPT_IN_PARTS", "PARTS"],
+    "replaystore.loop": [
+        "DEFAULTS",
+        "LoopConfig",
+        "LoopInterrupted",
+        "LoopRunner",
+        "LoopStageError",
+        "ToolsMissingError",
+        "default_tools_dir",
+        "find_tools",
+        "load_config",
+        "make_tiny_model",
+        "run_loop",
+    ],
     "replaystore.distributed": [
         "BatchingWriter",
         "RemoteActorError",

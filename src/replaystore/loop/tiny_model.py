@@ -184,7 +184,7 @@ def build(
     tokenizer_config = out / "tokenizer_config.json"
     settings_json = json.loads(tokenizer_config.read_text(encoding="utf-8"))
     settings_json["tokenizer_class"] = "Qwen2Tokenizer"
-    tokenizer_config.write_text(json.dumps(settings_json, indent=2), encoding="utf-8")
+    _atomic_write_text(tokenizer_config, json.dumps(settings_json, indent=2))
     probe = "Task: 38043 @(151,189)\nAction: click(72, 27)"
     reloaded = AutoTokenizer.from_pretrained(out)
     if reloaded(probe, add_special_tokens=False)["input_ids"] != bpe.encode(probe).ids:
@@ -207,13 +207,19 @@ def build(
         "seed": seed,
         "corpus": [str(p) for p in corpus],
     }
-    tmp = out / "tiny_model.json.tmp"
+    _atomic_write_text(out / "tiny_model.json", json.dumps(settings, indent=2))
+    return settings
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    """Temporary file, fsync, rename (replaystore.atomic's sequence: this script runs in the
+    LLaMA-Factory environment, where replaystore is not installed)."""
+    tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(settings, handle, indent=2)
+        handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(tmp, out / "tiny_model.json")
-    return settings
+    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
