@@ -216,3 +216,22 @@ def test_loop_killed_at_every_stage_resumes_to_one_clean_run(tmp_path, chromium)
     for k in range(3):
         assert (out / "checkpoints" / f"{k:03d}" / "model.safetensors").is_file()
         assert not (out / "checkpoints" / f"{k:03d}.partial").exists()
+
+    # The run directory can be moved: its storage keeps screenshot paths relative to itself,
+    # its journal keeps paths relative to the run; a resume there finds every stage done.
+    moved = tmp_path / "elsewhere" / "run"
+    moved.parent.mkdir()
+    out.rename(moved)
+    moved_storage = TrajectoryStorage(moved / "storage")
+    shots = [s["observation"].image_path for t in moved_storage.load_all() for s in t]
+    assert shots and all(Path(p).is_file() and Path(p).is_relative_to(moved) for p in shots if p)
+    again = subprocess.run(
+        [sys.executable, "-m", "replaystore.cli", "loop", "--resume", "--out", str(moved)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr
+    assert [f.iteration for f in moved_storage.files()] == [1, 2, 3]
+    assert trainings(calls(), "done") == {"000.partial": 1, "001.partial": 1, "002.partial": 1}

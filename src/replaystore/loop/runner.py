@@ -150,6 +150,12 @@ class LoopRunner:
         return self.out / "storage"
 
     @property
+    def screenshot_root(self) -> Path:
+        """Screenshots live inside the storage, which stores their paths relative to itself:
+        the run directory can be moved."""
+        return self.storage_root / "screenshots"
+
+    @property
     def initial_model(self) -> Path:
         """The model iteration 0 trains (``model.path``, else the tiny model of this run)."""
         path = self.config["model"]["path"]
@@ -427,7 +433,7 @@ class LoopRunner:
             for rank in range(repeats):
                 if any(f.iteration == number and f.rank == rank for f in storage.files()):
                     continue  # stored before the loop was killed
-                folder = self.out / "screenshots" / f"iteration_{number:06d}" / f"rank{rank:03d}"
+                folder = self.screenshot_root / f"iteration_{number:06d}" / f"rank{rank:03d}"
                 shutil.rmtree(folder, ignore_errors=True)  # an interrupted try's leftovers
                 result = self._roll_out(
                     tasks,
@@ -435,7 +441,7 @@ class LoopRunner:
                     number,
                     rank=rank,
                     base_url=base_url,
-                    screenshot_root=self.out / "screenshots",
+                    screenshot_root=self.screenshot_root,
                     metadata={
                         "policy": "demonstrations" if acting is None else "model",
                         "checkpoint": self.rel(acting),
@@ -752,7 +758,7 @@ class LoopRunner:
         root = self.out / "baseline"
         storage = TrajectoryStorage(root / "storage")
         if 1 not in storage.iterations():
-            shutil.rmtree(root / "screenshots", ignore_errors=True)
+            shutil.rmtree(storage.root / "screenshots", ignore_errors=True)
             base_url = self._serve(0, model, stage="baseline (untrained model)")
             started = _now()
             try:
@@ -761,7 +767,7 @@ class LoopRunner:
                     storage,
                     1,
                     base_url=base_url,
-                    screenshot_root=root / "screenshots",
+                    screenshot_root=storage.root / "screenshots",
                     metadata={"policy": "model", "checkpoint": self.rel(model), "baseline": True},
                 )
             finally:
