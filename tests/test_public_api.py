@@ -154,7 +154,15 @@ EXPORTS: dict[str, list[str]] = {
         "trajectory_to_dicts",
     ],
     "replaystore.transitions": ["FieldSpec", "ReplayBuffer", "TransitionBuffer"],
-    "replaystore.view": ["DEFAULT_HOST", "DEFAULT_PORT", "build_app", "host_warning", "serve"],
+    "replaystore.view": [
+        "DEFAULT_HOST",
+        "DEFAULT_PORT",
+        "LOOPBACK_NAMES",
+        "allowed_hosts",
+        "build_app",
+        "host_warning",
+        "serve",
+    ],
 }
 
 

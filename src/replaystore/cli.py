@@ -1178,6 +1178,7 @@ def _cmd_view(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             open_browser=args.open,
+            allow_hosts=args.allow_host,
             on_ready=ready,
             **options,
         )
@@ -1587,6 +1588,14 @@ def _parser() -> _Parser:
         default=None,
         help="serve screenshots only from inside DIR (default: the storage directory, or "
         "the directory given as PATH)",
+    )
+    view.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="also answer requests for Host NAME, e.g. behind a reverse proxy (repeatable; "
+        "on a loopback address only localhost, 127.0.0.1 and [::1] are answered otherwise)",
     )
     view.set_defaults(func=_cmd_view)
 

@@ -13,7 +13,9 @@ Use it from the command line (``replaystore view PATH``) or in Python::
     serve("trajectory_storage", "runs/storage", port=8765)  # blocks; Ctrl-C stops
 
 Safety: binds 127.0.0.1 unless told otherwise (and then logs a warning: the
-pages show everything in the store, with no login); never writes to the store;
+pages show everything in the store, with no login); on a loopback address answers
+only requests whose Host header is a loopback name or one given in ``allow_hosts``
+(DNS rebinding, see :func:`allowed_hosts`); never writes to the store;
 serves screenshots only from inside the image root. Needs the ``view`` extra
 (``pip install 'replaystore[view]'``: Starlette, Jinja2, uvicorn).
 """
@@ -25,27 +27,59 @@ import logging
 import os
 import threading
 import webbrowser
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "build_app", "host_warning", "serve"]
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "LOOPBACK_NAMES",
+    "allowed_hosts",
+    "build_app",
+    "host_warning",
+    "serve",
+]
 
 logger = logging.getLogger("replaystore.view")
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
+#: The Host names a viewer bound to a loopback address always answers to.
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name
+        return False
+
+
+def allowed_hosts(bind: str, extra: Sequence[str] = ()) -> list[str] | None:
+    """The Host header names a viewer bound to ``bind`` answers to; ``None``: any.
+
+    On a loopback address: :data:`LOOPBACK_NAMES` and ``extra`` (names a reverse
+    proxy sends), so a web page that rebinds its own domain to 127.0.0.1 gets 400
+    instead of the store. On another interface every Host is answered unless
+    ``extra`` names some; then those, the loopback names and ``bind`` itself
+    (when it is not a wildcard such as 0.0.0.0).
+    """
+    names = [name.strip().lower() for name in extra]
+    if _is_loopback(bind):
+        return [*LOOPBACK_NAMES, *names]
+    if not names:
+        return None
+    own = [] if bind in ("0.0.0.0", "::", "") else [f"[{bind}]" if ":" in bind else bind]
+    return [*LOOPBACK_NAMES, *names, *own]
 
 
 def host_warning(host: str) -> str | None:
     """The warning for binding ``host``, or None for a loopback address (127.0.0.0/8,
     ::1, localhost): any other interface lets others on the network read the store."""
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name
-        loopback = False
-    if loopback:
+    if _is_loopback(host):
         return None
     return (
         f"serving on {host}: anyone who can reach this address can read the whole store "
@@ -86,6 +120,7 @@ def serve(
     port: int = DEFAULT_PORT,
     open_browser: bool = False,
     image_root: str | os.PathLike[str] | None = None,
+    allow_hosts: Sequence[str] = (),
     on_ready: Any = None,
 ) -> None:
     """Serve the viewer until interrupted (blocks).
@@ -97,6 +132,8 @@ def serve(
         port: TCP port (0: any free port).
         open_browser: open the start page in the default web browser.
         image_root: directory screenshots must lie in (default: the storage).
+        allow_hosts: Host header names answered besides the loopback ones (for a
+            reverse proxy; see :func:`allowed_hosts`).
         on_ready: called with the URL once the server listens.
 
     Raises:
@@ -104,11 +141,10 @@ def serve(
         ReplayStoreError: the store cannot be opened.
         OSError: the port cannot be bound.
     """
-    app = (
-        build_app(kind, target, image_root=image_root)
-        if kind == "trajectory_storage"
-        else (build_app(kind, target))
-    )
+    options: dict[str, Any] = {"allowed_hosts": allowed_hosts(host, allow_hosts)}
+    if kind == "trajectory_storage":
+        options["image_root"] = image_root
+    app = build_app(kind, target, **options)
     import uvicorn
 
     warning = host_warning(host)

@@ -14,7 +14,10 @@ Safety: a request never writes anything; a screenshot is served only when its
 real path (symbolic links and ``..`` resolved) lies inside the image root (by
 default the store's directory); a bad parameter gets a 4xx HTML page saying
 which one and why; an unexpected error gets a 500 page with one line (the
-traceback goes to the log, never to the page).
+traceback goes to the log, never to the page); with ``allowed_hosts``, a request
+whose Host header names no allowed host gets a one-line 400 (DNS rebinding: a web
+page that rebinds its own domain to 127.0.0.1 would otherwise read the store
+through the visitor's browser).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from replaystore.errors import QueryError, ReplayStoreError
 from replaystore.view import svg
@@ -162,6 +166,7 @@ def build_app(
     *,
     image_root: str | os.PathLike[str] | None = None,
     success_threshold: float = 1.0,
+    allowed_hosts: list[str] | None = None,
 ) -> Starlette:
     """The viewer's ASGI app over one store (opened once, read-only).
 
@@ -172,6 +177,9 @@ def build_app(
         image_root: trajectory screenshots are served only from inside this
             directory (default: the storage directory).
         success_threshold: trajectory success is final reward >= this.
+        allowed_hosts: the host names (no port; IPv6 in brackets) a request's Host
+            header may give; any other gets 400. ``None``: every Host is answered
+            (:func:`replaystore.view.allowed_hosts` says what a bind address needs).
 
     Raises:
         ValueError: an unknown ``kind``.
@@ -202,10 +210,48 @@ def build_app(
         return ctx.render(request, "error.html", 500, status=500, message=message)
 
     routes.append(Mount("/static", StaticFiles(directory=str(_HERE / "static")), name="static"))
-    return Starlette(
+    app = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error, Exception: server_error},
     )
+    if allowed_hosts is not None:
+        app.add_middleware(_HostCheck, allowed=allowed_hosts)
+    return app
+
+
+def _host_name(header: str) -> str:
+    """The host of a Host header, lower-case, without its port (``[::1]:80`` -> ``[::1]``)."""
+    name = header.strip().lower()
+    if name.startswith("["):
+        return name[: name.find("]") + 1] if "]" in name else name
+    return name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+
+
+class _HostCheck:
+    """ASGI middleware: 400, one line of plain text, for a Host outside ``allowed``.
+
+    Runs before routing, so pages, screenshots, static files and 404s are all covered.
+    """
+
+    def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(name.lower() for name in allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+        name = _host_name(header)
+        if name in self.allowed:
+            await self.app(scope, receive, send)
+            return
+        shown = name[:80] if name else "(none)"
+        message = (
+            f"refused: Host {shown!r} is not a name this viewer answers to (a guard against "
+            f"DNS rebinding); to reach it by that name, start it with --allow-host {shown}\n"
+        )
+        await Response(message, status_code=400, media_type="text/plain")(scope, receive, send)
 
 
 # --------------------------------------------------------------------------- trajectories
