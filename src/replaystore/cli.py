@@ -393,7 +393,28 @@ def _fields(meta: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _objectrl_torch_stats(meta_path: Path) -> dict[str, Any]:
+    """The summary of ObjectRL's ``torch.save`` metadata file, read as ``load`` reads it:
+    the pickle's opcodes only, nothing unpickled (the reader imports torch)."""
+    from replaystore.transitions.checkpoint import read_objectrl_metadata
+
+    meta = read_objectrl_metadata(meta_path.with_name(meta_path.name.removesuffix(".metadata")))
+    if meta is None:
+        raise _UsageError(f"{meta_path} is a zip archive but not ObjectRL's metadata")
+    return {
+        "path": str(meta_path.resolve()),
+        "format": "objectrl-metadata-only",
+        "buffer_size": meta.buffer_size,
+        "data_size": meta.data_size,
+        "pointer": meta.pointer,
+        "note": "metadata only (ObjectRL's format, torch.save): no transitions are stored",
+    }
+
+
 def _checkpoint_stats(meta_path: Path) -> dict[str, Any]:
+    with open(meta_path, "rb") as handle:
+        if handle.read(4) == b"PK\x03\x04":  # a zip archive: what torch.save writes
+            return _objectrl_torch_stats(meta_path)
     meta = _load_json(meta_path)
     keys = {"buffer_size", "data_size", "pointer"}
     if not isinstance(meta, dict) or not keys <= meta.keys():

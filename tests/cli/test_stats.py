@@ -104,6 +104,29 @@ def test_objectrl_metadata_only_checkpoint(tmp_path):
     assert "metadata only" in summary["note"]
 
 
+def test_objectrl_torch_save_metadata_is_read_without_unpickling(tmp_path):
+    import torch
+
+    path = tmp_path / "buffer.metadata"
+    torch.save({"buffer_size": 100, "data_size": 7, "pointer": 7}, path)  # ObjectRL's save
+    summary = stats_json(path)
+    assert summary["kind"] == "transitions_checkpoint"
+    assert (summary["buffer_size"], summary["data_size"], summary["pointer"]) == (100, 7, 7)
+    assert summary["format"] == "objectrl-metadata-only"
+    assert "metadata only" in summary["note"]
+    text = run_cli("stats", tmp_path)  # the directory, as for any checkpoint
+    assert text.returncode == 0, text.stderr
+    assert "buffer_size: 100, data_size: 7, pointer: 7" in text.stdout
+
+
+def test_a_torch_save_metadata_file_holding_code_is_refused_in_one_line(tmp_path):
+    import torch
+
+    path = tmp_path / "evil.metadata"
+    torch.save({"buffer_size": 100, "data_size": 7, "pointer": print}, path)
+    assert_one_line_error(run_cli("stats", path), "stats", "evil.metadata")
+
+
 def test_checkpoint_format_tag_matches_what_the_transitions_buffer_writes():
     from replaystore.cli import CHECKPOINT_FORMAT_PREFIX
     from replaystore.transitions.checkpoint import CHECKPOINT_FORMAT
