@@ -223,6 +223,44 @@ def test_missing_screenshot_file_is_a_note_not_a_broken_image(tmp_path: Path) ->
     assert _text(html, "no-screenshot").startswith("screenshot file not found: ")
 
 
+def test_refused_screenshot_shows_why_and_the_image_root_to_pass(tmp_path: Path) -> None:
+    # The README quick start: screenshots in the working directory, the storage below it.
+    source = make_trajectory_storage(tmp_path / "source")["root"]
+    trajs = TrajectoryStorage(source).load_all(last_n_iterations=None)[:1]
+    work = tmp_path / "work"
+    shot = work / "step0.png"
+    work.mkdir()
+    shutil.copy(source / "shots" / "000_0.png", shot)
+    trajs[0][0]["observation"].image_path = str(shot)
+    root = work / "replay" / "train"
+    TrajectoryStorage(root).save_iteration(1, trajs, rank=None)
+    html = _client("trajectory_storage", root).get("/trajectory/0?step=0").text
+    assert "<img" not in html
+    note = unescape(_text(html, "no-screenshot"))
+    assert "outside the image root" in note and str(root.resolve()) in note
+    assert note.endswith(f"--image-root {work.resolve()}"), note
+    refused = _client("trajectory_storage", root).get("/screenshot/0/0")
+    assert refused.status_code == 403
+    assert f"--image-root {work.resolve()}" in unescape(refused.text)
+    # passing exactly that shows it
+    wide = _client("trajectory_storage", root, image_root=work.resolve())
+    assert 'id="screenshot"' in wide.get("/trajectory/0?step=0").text
+    assert wide.get("/screenshot/0/0").content == shot.read_bytes()
+
+
+def test_a_screenshot_that_is_no_image_file_says_so(tmp_path: Path) -> None:
+    source = make_trajectory_storage(tmp_path / "source")["root"]
+    trajs = TrajectoryStorage(source).load_all(last_n_iterations=None)[:1]
+    root = tmp_path / "storage"
+    (root / "shots").mkdir(parents=True)
+    (root / "shots" / "notes.txt").write_text("not an image")
+    trajs[0][0]["observation"].image_path = str(root / "shots" / "notes.txt")
+    TrajectoryStorage(root).save_iteration(1, trajs, rank=None)
+    html = _client("trajectory_storage", root).get("/trajectory/0?step=0").text
+    assert "<img" not in html
+    assert "is not an image file" in unescape(_text(html, "no-screenshot"))
+
+
 def test_screenshot_is_served_from_the_storage(
     traj: TestClient, traj_store: dict[str, Any]
 ) -> None:

@@ -2,13 +2,16 @@
 suite), in a real browser. Slow: the rollout itself takes tens of seconds.
 
 ``REPLAYSTORE_UPDATE_DOCS_IMG=1`` also writes the trajectory page's screenshot to
-``docs/img/view-trajectory.png`` (the one the README and the docs show).
+``docs/img/view-trajectory.png`` (the one the README and the docs show), from a demo run
+in ``$TMPDIR/demo-output/trajectories`` (the path its header shows).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +35,10 @@ def demo_out(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> Path:
     from replaystore.demos.trajectories import DemoConfig, run_loop
 
     out = tmp_path_factory.mktemp("demo") / "trajectories"
+    if os.environ.get("REPLAYSTORE_UPDATE_DOCS_IMG") == "1":
+        # The docs image shows the storage path in its header: make it the one the docs use.
+        out = Path(tempfile.gettempdir()) / "demo-output" / "trajectories"
+        shutil.rmtree(out, ignore_errors=True)
     cfg = DemoConfig(
         iterations=2,
         tasks_per_iteration=8,

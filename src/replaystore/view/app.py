@@ -26,6 +26,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import tempfile
 import urllib.parse
 from pathlib import Path
@@ -330,6 +331,7 @@ def _trajectory_routes(
         current = steps[-1]
         conversation = _conversation(steps)
         image = current["observation"].image_path
+        screenshot, refusal = _screenshot_state(Path(str(image)), allowed) if image else ("", "")
         return ctx.render(
             request,
             "traj_step.html",
@@ -343,7 +345,8 @@ def _trajectory_routes(
             page_meta=json.dumps(current["observation"].page_metadata, indent=2, default=str),
             conversation=conversation,
             text_prompt=conversation["record"] is not None and not conversation["record"]["images"],
-            screenshot=_screenshot_state(Path(str(image)), allowed) if image else "none",
+            screenshot=screenshot or "none",
+            refusal=refusal,
             prev_tid=tid - 1 if tid > 0 else None,
             next_tid=tid + 1 if tid + 1 < index.num_trajectories else None,
         )
@@ -367,30 +370,46 @@ def _trajectory_routes(
     return routes, ctx
 
 
-def _confined_file(path: Path, root: Path) -> Response:
-    """A file response for ``path`` if its real path lies inside ``root``; else 403/404."""
+def _refusal(path: Path, root: Path) -> str | None:
+    """Why the screenshot route refuses ``path`` (403), or None when it may serve it.
+
+    Outside the image root, the message names the exact ``--image-root`` that would
+    allow it: the deepest directory holding both the root and the file (the file's own
+    directory when that would be the filesystem root).
+    """
     real = Path(os.path.realpath(path))
     if not real.is_relative_to(root):
-        raise _bad(
-            f"refused: the screenshot {path} is outside the image root {root} (start the viewer "
-            "with --image-root to allow another directory)",
-            403,
+        wider = Path(os.path.commonpath([root, real.parent]))
+        if wider == Path(wider.anchor):
+            wider = real.parent
+        return (
+            f"refused: the screenshot {path} is outside the image root {root}; to show it, "
+            f"start the viewer with --image-root {shlex.quote(str(wider))}"
         )
-    mime = _IMAGE_TYPES.get(real.suffix.lower())
-    if mime is None:
-        raise _bad(f"refused: {path.name} is not an image file (png, jpeg, webp, gif)", 403)
+    if real.suffix.lower() not in _IMAGE_TYPES:
+        return f"refused: {path} is not an image file (png, jpeg, webp, gif)"
+    return None
+
+
+def _confined_file(path: Path, root: Path) -> Response:
+    """A file response for ``path`` if its real path lies inside ``root``; else 403/404."""
+    refusal = _refusal(path, root)
+    if refusal is not None:
+        raise _bad(refusal, 403)
+    real = Path(os.path.realpath(path))
     if not real.is_file():
         raise _bad(f"screenshot file {path} not found", 404)
-    return FileResponse(real, media_type=mime)
+    return FileResponse(real, media_type=_IMAGE_TYPES[real.suffix.lower()])
 
 
-def _screenshot_state(path: Path, root: Path) -> str:
-    """``"ok"`` when the screenshot route would serve ``path``, else why not (``"outside"``,
-    ``"missing"``): the page shows a note instead of a broken image."""
-    real = Path(os.path.realpath(path))
-    if not real.is_relative_to(root) or real.suffix.lower() not in _IMAGE_TYPES:
-        return "outside"
-    return "ok" if real.is_file() else "missing"
+def _screenshot_state(path: Path, root: Path) -> tuple[str, str]:
+    """``("ok", "")`` when the screenshot route would serve ``path``, else why not
+    (``"refused"`` with the route's message, ``"missing"``): the page shows a note
+    instead of a broken image."""
+    refusal = _refusal(path, root)
+    if refusal is not None:
+        return "refused", refusal
+    return ("ok", "") if Path(os.path.realpath(path)).is_file() else ("missing", "")
 
 
 def _conversation(steps: list[dict[str, Any]]) -> dict[str, Any]:
