@@ -46,6 +46,7 @@ from typing import Any, NoReturn
 
 from replaystore import __version__
 from replaystore.errors import ReplayStoreError
+from replaystore.redaction import RedactingFormatter, redact, url_passwords
 
 __all__ = ["main"]
 
@@ -78,6 +79,7 @@ class _Parser(argparse.ArgumentParser):
         if found:
             choices = [c.strip().strip("'\"") for c in found["choices"].split(",")]
             message += _did_you_mean(found["value"], choices)
+        message = redact(message)  # a URL given where a command or option was expected
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
     def option_names(self) -> list[str]:
@@ -677,7 +679,8 @@ def _cmd_copy(args: argparse.Namespace) -> int:
     before = dst.size()
     if before and not args.append:
         raise _UsageError(
-            f"destination {args.dst} already holds {before} rows: pass --append to add to it"
+            f"destination {redact(args.dst)} already holds {before} rows: pass --append to "
+            "add to it"
         )
     total = src.size()
     copied = 0
@@ -698,7 +701,7 @@ def _cmd_copy(args: argparse.Namespace) -> int:
         return 1
     secs = time.perf_counter() - start
     print(
-        f"copied {copied} rows from {args.src} to {args.dst} in {secs:.1f} s; "
+        f"copied {copied} rows from {redact(args.src)} to {redact(args.dst)} in {secs:.1f} s; "
         f"verified: destination holds {after} rows"
     )
     for store in (src, dst):
@@ -1189,7 +1192,7 @@ def _cmd_view(args: argparse.Namespace) -> int:
     options = {"image_root": image_root} if kind == "trajectory_storage" else {}
 
     def ready(url: str) -> None:
-        print(f"replaystore view: {kind.replace('_', ' ')} {target}", flush=True)
+        print(f"replaystore view: {kind.replace('_', ' ')} {redact(target)}", flush=True)
         print(f"  serving on {url} (read-only; Ctrl-C stops)", flush=True)
 
     try:
@@ -1672,14 +1675,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             commands[args.command].error(f"unrecognized arguments: {' '.join(extras)}")
     except SystemExit as exc:  # argparse's way out of --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else 2
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    handler = logging.StreamHandler()  # a store URL in a log record: no password
+    handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, handlers=[handler])
     try:
         return int(args.func(args))
     except (_UsageError, ReplayStoreError, OSError) as exc:
-        print(f"replaystore {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        line = redact(_one_line(exc), url_passwords(argv))
+        print(f"replaystore {args.command}: error: {line}", file=sys.stderr)
         return 2
 
 

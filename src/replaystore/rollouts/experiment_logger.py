@@ -53,6 +53,7 @@ import numpy as np
 
 from replaystore.errors import ConfigError
 from replaystore.pipeline.blocklist import normalize_domain
+from replaystore.redaction import redact_data
 
 __all__ = ["BACKENDS", "ExperimentLogger", "iteration_metrics"]
 
@@ -197,7 +198,8 @@ class ExperimentLogger:
         project: the W&B project.
         run_name: the run's name (default: ``rollouts-<UTC time>``); the TensorBoard
             subdirectory and the W&B run name.
-        config: JSON-compatible settings of the run (model, workers...), recorded once.
+        config: JSON-compatible settings of the run (model, workers...), recorded once,
+            with the password of any URL in it masked (``***``).
         rank: this process's rank; only rank 0 writes to the backend.
         success_threshold: a final reward at or above it counts as a success.
         wandb_mode: ``"offline"``, ``"online"`` or ``"disabled"``; default: see module.
@@ -229,7 +231,7 @@ class ExperimentLogger:
         self.log_dir = Path(log_dir).absolute()
         self.project = project
         self.run_name = run_name or time.strftime("rollouts-%Y%m%d-%H%M%S", time.gmtime())
-        self.config = dict(config or {})
+        self.config = redact_data(dict(config or {}))  # a store URL: no password
         self.rank = rank
         self.success_threshold = float(success_threshold)
         self._writer: Any = None

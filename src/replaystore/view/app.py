@@ -42,6 +42,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from replaystore.errors import QueryError, ReplayStoreError
+from replaystore.redaction import redact
 from replaystore.view import svg
 from replaystore.view.experience import FILTER_OPS, ExperienceReader, condition_from_form, row_json
 from replaystore.view.trajectories import TrajectoryFilter, TrajectoryIndex
@@ -199,13 +200,14 @@ def build_app(
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
+        message = redact(str(exc.detail))
         return ctx.render(
-            request, "error.html", exc.status_code, status=exc.status_code, message=exc.detail
+            request, "error.html", exc.status_code, status=exc.status_code, message=message
         )
 
     async def server_error(request: Request, exc: Exception) -> Response:
         logger.error("error serving %s", request.url.path, exc_info=exc)
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        message = redact(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
         if not isinstance(exc, ReplayStoreError | OSError):
             message = f"unexpected {type(exc).__name__} (details in the server log)"
         return ctx.render(request, "error.html", 500, status=500, message=message)

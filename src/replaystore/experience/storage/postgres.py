@@ -57,6 +57,7 @@ from replaystore.experience.storage.base import (
     check_page,
     choose,
 )
+from replaystore.redaction import redact, url_passwords
 from replaystore.sampling import SeedLike, as_generator
 
 try:  # optional dependency: the "postgres" extra
@@ -148,13 +149,9 @@ def split_schema(url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(query=urlencode(rest))), (schema[-1] if schema else None)
 
 
-def _redact(conninfo: str) -> str:
-    """``conninfo`` without its password, for messages and logs."""
-    parts = urlsplit(conninfo)
-    if parts.password is None:
-        return conninfo
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+def _error_text(exc: BaseException, conninfo: str) -> str:
+    """A driver error's text without the password of ``conninfo`` (libpq may quote it)."""
+    return redact(str(exc), url_passwords([conninfo]))
 
 
 class PostgresStorage(Storage):
@@ -230,7 +227,7 @@ class PostgresStorage(Storage):
 
     def __repr__(self) -> str:
         return (
-            f"PostgresStorage({_redact(self.conninfo)!r}, schema={self.schema!r}, "
+            f"PostgresStorage({redact(self.conninfo)!r}, schema={self.schema!r}, "
             f"max_capacity={self.max_capacity!r}, eviction={self.eviction!r})"
         )
 
@@ -274,7 +271,8 @@ class PostgresStorage(Storage):
                 except Exception as exc:
                     pool.close()
                     raise StorageError(
-                        f"cannot connect to PostgreSQL at {_redact(self.conninfo)}: {exc}"
+                        f"cannot connect to PostgreSQL at {redact(self.conninfo)}: "
+                        f"{_error_text(exc, self.conninfo)}"
                     ) from exc
                 self._pool = pool
             return self._pool
@@ -299,7 +297,9 @@ class PostgresStorage(Storage):
                 conn.read_only = read_only
                 yield conn
         except psycopg.OperationalError as exc:
-            raise StorageError(f"PostgreSQL store {self.schema}: {exc}") from exc
+            raise StorageError(
+                f"PostgreSQL store {self.schema}: {_error_text(exc, self.conninfo)}"
+            ) from exc
 
     def _create_tables(self) -> None:
         """Create the tables once; check the version of existing ones. Safe to race."""
@@ -308,7 +308,8 @@ class PostgresStorage(Storage):
             conn = psycopg.connect(self.conninfo, connect_timeout=max(1, int(self.timeout)))
         except psycopg.Error as exc:
             raise StorageError(
-                f"cannot connect to PostgreSQL at {_redact(self.conninfo)}: {exc}"
+                f"cannot connect to PostgreSQL at {redact(self.conninfo)}: "
+                f"{_error_text(exc, self.conninfo)}"
             ) from exc
         try:
             with conn.transaction():
@@ -336,7 +337,10 @@ class PostgresStorage(Storage):
                             conn.execute(statement)
                     log.info("created experience store tables in schema %s", self.schema)
         except psycopg.Error as exc:
-            raise StorageError(f"cannot initialise PostgreSQL store {self.schema}: {exc}") from exc
+            raise StorageError(
+                f"cannot initialise PostgreSQL store {self.schema}: "
+                f"{_error_text(exc, self.conninfo)}"
+            ) from exc
         finally:
             conn.close()
 
@@ -792,7 +796,9 @@ def read_summary(url: str, schema: str | None = None) -> dict[str, Any]:
     try:
         conn: Any = psycopg.connect(conninfo, connect_timeout=10)  # rows are tuples
     except psycopg.Error as exc:
-        raise StorageError(f"cannot connect to PostgreSQL at {_redact(conninfo)}: {exc}") from exc
+        raise StorageError(
+            f"cannot connect to PostgreSQL at {redact(conninfo)}: {_error_text(exc, conninfo)}"
+        ) from exc
     try:
         conn.read_only = True
         with conn.transaction():
@@ -801,7 +807,7 @@ def read_summary(url: str, schema: str | None = None) -> dict[str, Any]:
             ).fetchone()[0]
             if not exists:
                 raise StorageError(
-                    f"no replaystore experience store in schema {schema!r} at {_redact(conninfo)}"
+                    f"no replaystore experience store in schema {schema!r} at {redact(conninfo)}"
                 )
             version = conn.execute(
                 f"SELECT version FROM {s}.replaystore_version WHERE component = 'experience'"
@@ -824,7 +830,7 @@ def read_summary(url: str, schema: str | None = None) -> dict[str, Any]:
                 (schema,),
             ).fetchone()[0]
     except psycopg.Error as exc:
-        raise StorageError(f"cannot read store {schema!r}: {exc}") from exc
+        raise StorageError(f"cannot read store {schema!r}: {_error_text(exc, conninfo)}") from exc
     finally:
         conn.close()
 
@@ -834,7 +840,7 @@ def read_summary(url: str, schema: str | None = None) -> dict[str, Any]:
         return datetime.datetime.fromtimestamp(t, tz=datetime.UTC).isoformat(timespec="seconds")
 
     return {
-        "url": _redact(conninfo),
+        "url": redact(conninfo),
         "schema": schema,
         "version": version[0] if version else None,
         "size_bytes": int(size),

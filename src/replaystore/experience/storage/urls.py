@@ -26,6 +26,7 @@ from replaystore.experience.decoding import FieldDecoders
 from replaystore.experience.rows import DataRow
 from replaystore.experience.storage.base import Eviction, Storage, check_count
 from replaystore.experience.storage.sqlite import SqliteStorage
+from replaystore.redaction import redact
 
 __all__ = ["is_postgres_url", "iter_store", "open_storage", "sqlite_path"]
 
@@ -97,8 +98,8 @@ def open_storage(
     if path is None:
         scheme = _SCHEME.match(str(target)).group(1)  # type: ignore[union-attr]
         raise ConfigError(
-            f"unsupported store URL scheme {scheme!r} in {target!r}: use postgresql://..., "
-            "sqlite:///path or a plain file path"
+            f"unsupported store URL scheme {scheme!r} in {redact(str(target))!r}: use "
+            "postgresql://..., sqlite:///path or a plain file path"
         )
     return SqliteStorage(path, max_capacity, eviction=eviction, decoders=decoders, **options)
 
