@@ -103,6 +103,7 @@ def test_which_hosts_each_bind_accepts() -> None:
     loopback = ["localhost", "127.0.0.1", "[::1]"]
     assert allowed_hosts("127.0.0.1") == loopback
     assert allowed_hosts("::1", ["Proxy.Lab"]) == [*loopback, "proxy.lab"]
+    assert allowed_hosts("127.0.0.2") == [*loopback, "127.0.0.2"]  # the bound address too
     # another interface: today's warning, and a Host check only when names are given
     assert allowed_hosts("0.0.0.0") is None
     assert allowed_hosts("0.0.0.0", ["viewer.lab"]) == [*loopback, "viewer.lab"]

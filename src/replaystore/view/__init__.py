@@ -64,16 +64,14 @@ def allowed_hosts(bind: str, extra: Sequence[str] = ()) -> list[str] | None:
     On a loopback address: :data:`LOOPBACK_NAMES` and ``extra`` (names a reverse
     proxy sends), so a web page that rebinds its own domain to 127.0.0.1 gets 400
     instead of the store. On another interface every Host is answered unless
-    ``extra`` names some; then those, the loopback names and ``bind`` itself
-    (when it is not a wildcard such as 0.0.0.0).
+    ``extra`` names some. Either way ``bind`` itself is answered too (127.0.0.2, a
+    LAN address), unless it is a wildcard such as 0.0.0.0.
     """
     names = [name.strip().lower() for name in extra]
-    if _is_loopback(bind):
-        return [*LOOPBACK_NAMES, *names]
-    if not names:
+    if not names and not _is_loopback(bind):
         return None
     own = [] if bind in ("0.0.0.0", "::", "") else [f"[{bind}]" if ":" in bind else bind]
-    return [*LOOPBACK_NAMES, *names, *own]
+    return list(dict.fromkeys([*LOOPBACK_NAMES, *names, *own]))
 
 
 def host_warning(host: str) -> str | None:
