@@ -30,7 +30,10 @@ def served(real_tools: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     assert settings["head_dim"] == 64 and checkpoint_weights(model)
     # 4096: an untrained model's replies (512 tokens of noise each) fill the history.
     server = VllmServer(
-        real_tools.vllm_python, max_model_len=4096, env={"VLLM_CPU_KVCACHE_SPACE": "1"}
+        real_tools.vllm_python,
+        max_model_len=4096,
+        extra_args=["--enforce-eager"],
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
     )
     server.start(model, "tiny", log_path=root / "serve.log", stage="test serve")
     try:
@@ -63,9 +66,10 @@ def test_text_observation_rollout_runs_against_vllm(
 
     trajectories = TrajectoryStorage(tmp_path / "run" / "storage").load_all()
     assert len(trajectories) == 2
-    # The untrained model answered every step (its text is noise, but it is the model's).
+    # The untrained model answered (noise, or nothing when its first token is the end of
+    # the turn, but the model's own text).
     replies = [s["response"].raw_response for t in trajectories for s in t]
-    assert replies and all(isinstance(r, str) and r for r in replies)
+    assert all(isinstance(r, str) for r in replies) and any(replies)
     prompt = json.loads(trajectories[0][0]["response"].raw_prompt)
     assert all(isinstance(m["content"], str) for m in prompt)  # no image parts
 
