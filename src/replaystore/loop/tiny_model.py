@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         max_positions=args.max_positions,
     )
-    print(json.dumps(settings))
+    sys.stdout.write(json.dumps(settings) + "\n")  # the settings, for the caller
     return 0
 
 
