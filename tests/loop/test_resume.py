@@ -149,7 +149,8 @@ def test_loop_killed_at_every_stage_resumes_to_one_clean_run(tmp_path, chromium)
     # (a) mid-rollout of iteration 0 (the scripted expert)
     loop.start(resume=False)
     loop.wait_for(
-        "iteration 0's screenshots", lambda: (out / "screenshots" / "iteration_000001").exists()
+        "iteration 0's screenshots",
+        lambda: (out / "storage" / "screenshots" / "iteration_000001").exists(),
     )
     killed.append(loop.kill())
     token = loop.token()
