@@ -15,7 +15,6 @@ import logging
 import math
 import shlex
 import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -44,6 +43,7 @@ __all__ = [
     "make_tiny_model",
     "read_losses",
     "run_training",
+    "template_text",
     "training_arguments",
 ]
 
@@ -548,10 +548,3 @@ def make_tiny_model(
             f"model: the tiny model in {out} has no tiny_model.json: {exc}"
         ) from None
     return settings
-
-
-def run_quiet(argv: Sequence[str], timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
-    """Run a short command, capturing its output (for tool checks)."""
-    return subprocess.run(
-        list(argv), capture_output=True, text=True, timeout=timeout_s, check=False
-    )
