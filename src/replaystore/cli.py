@@ -1058,6 +1058,11 @@ def _cmd_loop(args: argparse.Namespace) -> int:
     else:
         config_path = Path(args.config)
     config = load_config(config_path, overrides)
+    if args.config is None:
+        resume = f"replaystore loop --resume --out {shlex.quote(str(args.out))}"
+    else:
+        out = f" --out {shlex.quote(str(args.out))}" if args.out else ""
+        resume = f"replaystore loop --config {shlex.quote(str(args.config))}{out} --resume"
     print(f"replaystore loop: run directory {config.out}", flush=True)
     try:
         summary = run_loop(
@@ -1071,15 +1076,11 @@ def _cmd_loop(args: argparse.Namespace) -> int:
         return 2
     except LoopStageError as exc:
         print(f"replaystore loop: failed: {_one_line(exc)}", file=sys.stderr)
-        print(
-            f"resume after fixing it: replaystore loop --config {config_path} --resume",
-            file=sys.stderr,
-        )
+        print(f"resume after fixing it: {resume}", file=sys.stderr)
         return 1
     except LoopInterrupted as exc:
         print(
-            f"replaystore loop: {exc}; finished stages are kept: continue with "
-            f"replaystore loop --config {config_path} --resume",
+            f"replaystore loop: {exc}; finished stages are kept: continue with {resume}",
             file=sys.stderr,
         )
         return 130
