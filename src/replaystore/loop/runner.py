@@ -953,18 +953,19 @@ def _status(trajectory: list[dict[str, Any]]) -> str | None:
 
 
 def _success(trajectories: list[list[dict[str, Any]]]) -> dict[str, Any]:
-    """Success facts of stored trajectories (navigation errors are not attempts)."""
+    """Success facts of stored trajectories, by the buffer's own rules: dummy trajectories
+    (a website that did not load) are not attempts; success is a final reward >= 1."""
+    from replaystore.trajectories.index import final_reward, is_dummy_trajectory, is_successful
+
     statuses = Counter(_status(t) or "unknown" for t in trajectories)
-    attempts = [t for t in trajectories if _status(t) != "navigation_error"]
+    attempts = [t for t in trajectories if not is_dummy_trajectory(t)]
     successful = sum(
-        1
-        for t in attempts
-        if t and t[-1]["reward"].reward is not None and float(t[-1]["reward"].reward) >= 1.0
+        is_successful(final_reward(t, f"trajectory {i}"), 1.0) for i, t in enumerate(attempts)
     )
     n = len(attempts)
     return {
         "num_tasks": n,
-        "successful": successful,
+        "successful": int(successful),
         "success_rate": successful / n if n else 0.0,
         "statuses": dict(statuses),
     }
