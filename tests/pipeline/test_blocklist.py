@@ -13,11 +13,11 @@ import pytest
 
 from replaystore.pipeline.blocklist import (
     Blocklist,
-    BlocklistManager,
     blocked_domain_set,
     normalize_domain,
     normalize_site,
 )
+from replaystore.pipeline.blocklist_manager import BlocklistManager
 
 HOUR = 3600.0
 

@@ -612,15 +612,6 @@ class Blocklist:
         return isinstance(url, str) and self.is_website_blocked(url)
 
 
-def __getattr__(name: str) -> Any:
-    # WebGym's class lives in blocklist_manager (it subclasses Blocklist); kept importable here.
-    if name == "BlocklistManager":
-        from replaystore.pipeline.blocklist_manager import BlocklistManager
-
-        return BlocklistManager
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _entry_site(entry: dict[str, Any]) -> str:
     site = entry.get("site")
     return site if isinstance(site, str) else str(entry["domain"])
