@@ -177,6 +177,7 @@ def test_images_sit_below_trajectories_and_pipeline() -> None:
     import replaystore.images as images
     import replaystore.pipeline.images as compat
 
+    assert compat.__all__ is images.__all__  # one list of names
     for name in images.__all__:  # the old import path gives the same objects
         assert getattr(compat, name) is getattr(images, name)
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import get_args, get_type_hints
+
 import pytest
 
 from replaystore.errors import QueryError
 from replaystore.experience import InMemoryStorage, QueryBuilder
-from replaystore.experience.query import compile_predicate, compile_sql
+from replaystore.experience.query import OPS, compile_predicate, compile_sql
+from replaystore.experience.query_filter import BaseCondition
+from replaystore.view.experience import FILTER_OPS
 
 from .helpers import make_row
 
@@ -66,7 +70,11 @@ def test_every_verb_builds_a_leaf():
         q().is_not_null(f),
     ]
     ops = [b.build()["op"] for b in built]
-    assert ops == [
+    assert ops == list(OPS)
+
+
+def test_one_operator_list_serves_the_builder_the_aworld_types_and_the_viewer_form():
+    assert OPS == (
         "eq",
         "ne",
         "gt",
@@ -79,7 +87,9 @@ def test_every_verb_builds_a_leaf():
         "not_like",
         "is_null",
         "is_not_null",
-    ]
+    )
+    assert get_args(get_type_hints(BaseCondition)["op"]) == OPS
+    assert FILTER_OPS is OPS
 
 
 def test_empty_builder_builds_none_meaning_all_rows():

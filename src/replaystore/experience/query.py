@@ -35,7 +35,7 @@ import json
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from replaystore.experience.rows import META_FIELDS, PAYLOAD_FIELDS, DataRow
 __all__ = [
     "OPS",
     "Condition",
+    "Operator",
     "QueryBuilder",
     "canonical_field",
     "compile_predicate",
@@ -54,7 +55,7 @@ __all__ = [
 
 Condition = dict[str, Any]
 
-OPS: tuple[str, ...] = (
+Operator = Literal[
     "eq",
     "ne",
     "gt",
@@ -67,7 +68,10 @@ OPS: tuple[str, ...] = (
     "not_like",
     "is_null",
     "is_not_null",
-)
+]
+"""A leaf condition's ``op``, as a type (AWorld's ``BaseCondition.op``)."""
+
+OPS: tuple[str, ...] = get_args(Operator)
 """Leaf operators. ``in`` is what ``QueryBuilder.in_`` writes (as AWorld does); ``in_`` is
 accepted as a spelling of it."""
 

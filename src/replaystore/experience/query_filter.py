@@ -19,9 +19,9 @@ with a missing value are false instead of raising ``TypeError``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, TypedDict, TypeVar, Union
+from typing import Any, TypedDict, TypeVar, Union
 
-from replaystore.experience.query import Condition, QueryBuilder, compile_predicate
+from replaystore.experience.query import Condition, Operator, QueryBuilder, compile_predicate
 
 __all__ = [
     "BaseCondition",
@@ -39,20 +39,7 @@ class BaseCondition(TypedDict, total=False):
 
     field: str
     value: Any
-    op: Literal[
-        "eq",
-        "ne",
-        "gt",
-        "gte",
-        "lt",
-        "lte",
-        "in",
-        "not_in",
-        "like",
-        "not_like",
-        "is_null",
-        "is_not_null",
-    ]
+    op: Operator
 
 
 class LogicalCondition(TypedDict, total=False):

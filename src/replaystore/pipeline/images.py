@@ -9,32 +9,6 @@ image_to_data_url`` keeps working.
 
 from __future__ import annotations
 
-from replaystore.images import (
-    EXTENSIONS,
-    data_url_to_file,
-    decode_data_url,
-    file_url_to_path,
-    image_mime_type,
-    image_part_url,
-    image_to_data_url,
-    image_to_file_url,
-    messages_to_data_urls,
-    messages_to_file_urls,
-    read_image,
-    sniff_mime_type,
-)
-
-__all__ = [
-    "EXTENSIONS",
-    "data_url_to_file",
-    "decode_data_url",
-    "file_url_to_path",
-    "image_mime_type",
-    "image_part_url",
-    "image_to_data_url",
-    "image_to_file_url",
-    "messages_to_data_urls",
-    "messages_to_file_urls",
-    "read_image",
-    "sniff_mime_type",
-]
+# The same names and the same objects: one list, kept in replaystore.images.
+from replaystore.images import *  # noqa: F403
+from replaystore.images import __all__ as __all__

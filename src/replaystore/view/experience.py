@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from replaystore.errors import QueryError, StorageError
-from replaystore.experience.query import Condition, QueryBuilder, compile_sql
+from replaystore.experience.query import OPS, Condition, QueryBuilder, compile_sql
 from replaystore.experience.rows import META_FIELDS, DataRow, ExpMeta, decode_experiences
 
 __all__ = [
@@ -37,21 +37,8 @@ __all__ = [
     "row_json",
 ]
 
-#: Operators of the filter form: QueryBuilder's verbs (``in`` is ``in_``).
-FILTER_OPS: tuple[str, ...] = (
-    "eq",
-    "ne",
-    "gt",
-    "gte",
-    "lt",
-    "lte",
-    "in",
-    "not_in",
-    "like",
-    "not_like",
-    "is_null",
-    "is_not_null",
-)
+#: Operators of the filter form: QueryBuilder's verbs (``in`` is ``in_``), the query's own list.
+FILTER_OPS: tuple[str, ...] = OPS
 _NO_VALUE = ("is_null", "is_not_null")
 
 
