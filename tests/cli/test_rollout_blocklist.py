@@ -60,8 +60,8 @@ def test_blocklist_of_a_directory_without_one_is_an_error(tmp_path: Path) -> Non
 
 
 def test_rollout_names_the_sites_the_blocklist_skipped(tmp_path: Path) -> None:
-    from replaystore.cli import _blocklist_skip_line
+    from replaystore.cli.rollout import blocklist_skip_line
 
-    line = _blocklist_skip_line({"http://localhost:18432": 3}, tmp_path)
+    line = blocklist_skip_line({"http://localhost:18432": 3}, tmp_path)
     assert line.startswith("skipped 3 tasks on the blocklist: http://localhost:18432 (3)")
     assert f"replaystore blocklist remove SITE --file {tmp_path / 'blocklist.jsonl'}" in line

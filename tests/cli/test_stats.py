@@ -128,7 +128,7 @@ def test_a_torch_save_metadata_file_holding_code_is_refused_in_one_line(tmp_path
 
 
 def test_checkpoint_format_tag_matches_what_the_transitions_buffer_writes():
-    from replaystore.cli import CHECKPOINT_FORMAT_PREFIX
+    from replaystore.cli.stats import CHECKPOINT_FORMAT_PREFIX
     from replaystore.transitions.checkpoint import CHECKPOINT_FORMAT
 
     assert CHECKPOINT_FORMAT.startswith(CHECKPOINT_FORMAT_PREFIX)

@@ -92,7 +92,7 @@ def test_export_all_of_a_rollout_output_exits_0(suite_like: Path, tmp_path: Path
 
 
 def test_a_multi_line_error_reads_as_one_sentence() -> None:
-    from replaystore.cli import _one_line
+    from replaystore.cli._common import one_line
 
-    text = _one_line(ValueError("2 of 3 samples failed; nothing was written:\n  sample 1: x"))
+    text = one_line(ValueError("2 of 3 samples failed; nothing was written:\n  sample 1: x"))
     assert text == "2 of 3 samples failed; nothing was written: sample 1: x"

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from replaystore.cli import _demo_view_paths, _view_target, main
+from replaystore.cli import main
+from replaystore.cli.demo import demo_view_paths
+from replaystore.cli.view import view_target
 from replaystore.view import host_warning
 
 
@@ -21,14 +23,14 @@ def test_detects_each_store_kind(
     traj_store: dict[str, Any], exp_store: Path, transitions: dict[str, Path]
 ) -> None:
     root = traj_store["root"]
-    assert _view_target(str(root)) == ("trajectory_storage", str(root), None)
+    assert view_target(str(root)) == ("trajectory_storage", str(root), None)
     # a run directory with the storage in storage/: screenshots allowed from the whole directory
-    assert _view_target(str(root.parent)) == ("trajectory_storage", str(root), root.parent)
-    assert _view_target(str(exp_store))[:2] == ("sqlite_experience_store", str(exp_store))
-    assert _view_target(f"sqlite:///{exp_store}")[0] == "sqlite_experience_store"
-    assert _view_target(str(transitions["memmap"]))[0] == "transitions_memmap"
-    assert _view_target(str(transitions["checkpoint"]))[0] == "transitions_checkpoint"
-    assert _view_target("postgresql://u@h/db")[:2] == (
+    assert view_target(str(root.parent)) == ("trajectory_storage", str(root), root.parent)
+    assert view_target(str(exp_store))[:2] == ("sqlite_experience_store", str(exp_store))
+    assert view_target(f"sqlite:///{exp_store}")[0] == "sqlite_experience_store"
+    assert view_target(str(transitions["memmap"]))[0] == "transitions_memmap"
+    assert view_target(str(transitions["checkpoint"]))[0] == "transitions_checkpoint"
+    assert view_target("postgresql://u@h/db")[:2] == (
         "postgres_experience_store",
         "postgresql://u@h/db",
     )
@@ -64,8 +66,8 @@ def test_detection_leaves_abandoned_temporary_files_alone(tmp_path: Path) -> Non
     stale = root / ".iteration_000009.jsonl.abc123.tmp"  # what a killed writer leaves
     stale.write_text("partial")
     os.utime(stale, (0, 0))  # older than any stale-file age
-    assert _view_target(str(root))[0] == "trajectory_storage"
-    assert _view_target(str(tmp_path))[0] == "trajectory_storage"
+    assert view_target(str(root))[0] == "trajectory_storage"
+    assert view_target(str(tmp_path))[0] == "trajectory_storage"
     assert stale.exists()
 
 
@@ -120,7 +122,7 @@ def test_demo_prints_a_view_command_for_each_viewable_output(tmp_path: Path) -> 
     (tmp_path / "transitions" / "checkpoint" / "buffer.metadata").write_text("{}")
     (tmp_path / "other").mkdir()
     parts = [tmp_path / p for p in ("transitions", "trajectories", "experience", "other")]
-    assert _demo_view_paths(parts) == [
+    assert demo_view_paths(parts) == [
         tmp_path / "transitions" / "checkpoint" / "buffer.metadata",
         tmp_path / "trajectories",
         tmp_path / "experience" / "experience.sqlite",

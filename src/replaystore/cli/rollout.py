@@ -1,0 +1,195 @@
+"""``replaystore rollout``: one web-agent rollout iteration in a real browser."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from replaystore.cli._common import Parser, UsageError, int_at_least, positive_seconds
+
+__all__ = ["DESCRIPTION", "add_arguments", "blocklist_skip_line", "run"]
+
+DESCRIPTION = (
+    "Roll out tasks in headless Chromium (system Chromium, REPLAYSTORE_CHROMIUM, "
+    "or --cdp URLs of running browsers) with a policy, evaluate the answers, and store the "
+    "trajectories under OUT/storage (one file per iteration and rank). Anti-bot sites go "
+    "to OUT/blocklist.jsonl, attempts to OUT/task_history.json. Ctrl-C stops and keeps "
+    "every finished trajectory. Needs the rollouts extra."
+)
+
+
+def add_arguments(parser: Parser) -> None:
+    """The options of ``replaystore rollout``."""
+    parser.add_argument(
+        "--tasks",
+        default="suite",
+        help="task file (JSONL/CSV/Parquet), or 'suite' (default): the bundled local website suite",
+    )
+    parser.add_argument("--policy", choices=("scripted", "openai"), default="scripted")
+    parser.add_argument(
+        "--base-url", help="OpenAI-compatible server, e.g. http://HOST:8000/v1 (vLLM)"
+    )
+    parser.add_argument("--model", help="model name the server serves")
+    parser.add_argument("--api-key", help="API key for the server (vLLM: any value unless set)")
+    parser.add_argument(
+        "--observation",
+        choices=("screenshot", "text"),
+        default="screenshot",
+        help="what the model is shown: 'screenshot' (default: screenshot, accessibility tree "
+        "and URL) or 'text' (accessibility tree and URL; for a text-only model)",
+    )
+    parser.add_argument(
+        "--workers", type=int_at_least(1), default=4, help="browser contexts at once (default 4)"
+    )
+    parser.add_argument("--iteration", type=int, help="iteration number (default: the next one)")
+    parser.add_argument("--rank", type=int, default=0, help="this process's rank (default 0)")
+    parser.add_argument(
+        "--max-tasks",
+        type=int_at_least(1),
+        help="roll out only the first N tasks not on the blocklist",
+    )
+    parser.add_argument(
+        "--step-timeout",
+        type=positive_seconds,
+        default=120.0,
+        metavar="S",
+        help="seconds one step (screenshot, model, action) may take (default 120); a cut "
+        "step keeps its screenshot, prompt and the model's reply",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=positive_seconds,
+        metavar="S",
+        help="seconds one request to the model server may take (default 30; --policy openai); "
+        "must be shorter than --step-timeout so that a timed-out request is retried",
+    )
+    parser.add_argument(
+        "--task-timeout",
+        type=positive_seconds,
+        default=1800.0,
+        metavar="S",
+        help="seconds one task may take (default 1800)",
+    )
+    parser.add_argument(
+        "--max-concurrency",
+        type=int_at_least(1),
+        default=8,
+        metavar="N",
+        help="requests in flight to the model server at once (default 8; --policy openai)",
+    )
+    parser.add_argument("--cdp", action="append", metavar="URL", help="CDP endpoint (repeatable)")
+    parser.add_argument("--out", required=True, help="run directory")
+    parser.add_argument("--logger", choices=("none", "wandb", "tensorboard"), default="none")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from replaystore.rollouts.chat_client import DEFAULT_REQUEST_TIMEOUT_S
+
+    request_timeout = args.request_timeout or DEFAULT_REQUEST_TIMEOUT_S
+    if request_timeout >= args.step_timeout:
+        raise UsageError(
+            f"--request-timeout {request_timeout:g} must be shorter than --step-timeout "
+            f"{args.step_timeout:g} (a timed-out request is retried inside its step)"
+        )
+    try:
+        from replaystore.rollouts.browser import BrowserUnavailableError, require_playwright
+        from replaystore.rollouts.runner import rollout
+
+        require_playwright()
+    except ImportError as exc:
+        print(f"replaystore rollout: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = asyncio.run(
+            rollout(
+                args.tasks,
+                args.out,
+                policy=args.policy,
+                base_url=args.base_url,
+                model=args.model,
+                api_key=args.api_key,
+                workers=args.workers,
+                iteration=args.iteration,
+                rank=args.rank,
+                logger_backend=args.logger,
+                cdp_urls=args.cdp or None,
+                max_tasks=args.max_tasks,
+                observation=args.observation,
+                request_timeout_s=request_timeout,
+                max_concurrency=args.max_concurrency,
+                step_timeout_s=args.step_timeout,
+                task_timeout_s=args.task_timeout,
+            )
+        )
+    except BrowserUnavailableError as exc:
+        print(f"replaystore rollout: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before the iteration started, or after its file was written
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    if result.model_server_error is not None:
+        return _rollout_server_failure(result)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.status_counts().items()))
+    print(
+        f"iteration {result.iteration} rank {result.rank}: {len(result.outcomes)} tasks "
+        f"({counts}), success {100 * result.success_rate:.0f}%, {result.steps} steps, "
+        f"{result.steps_per_second:.2f} steps/s"
+    )
+    if result.blocklist_skipped:
+        print(blocklist_skip_line(result.blocklist_skipped, Path(args.out)))
+    if result.blocked_sites:
+        print(f"blocked (added to the blocklist): {', '.join(result.blocked_sites)}")
+    if result.path is not None:
+        print(f"stored: {result.path}")
+    if result.interrupted:
+        print(_interrupted_line(result), file=sys.stderr)
+        return 130
+    return 0
+
+
+def _interrupted_line(result: Any) -> str:
+    """What an iteration stopped by Ctrl-C saved: the finished trajectories, or nothing."""
+    if result.path is None:
+        return "interrupted: no task had finished; nothing was saved"
+    return (
+        f"interrupted: {len(result.outcomes)} finished trajectories saved in {result.path}; "
+        f"{len(result.skipped)} tasks cut or not started (its metadata's skipped_task_ids)"
+    )
+
+
+def blocklist_skip_line(skipped: dict[str, int], out: Path) -> str:
+    """How many tasks the blocklist left out, of which sites, and how to clear an entry."""
+    sites = ", ".join(f"{site} ({n})" for site, n in skipped.items())
+    file = out / "blocklist.jsonl"
+    return (
+        f"skipped {sum(skipped.values())} tasks on the blocklist: {sites}; clear with: "
+        f"replaystore blocklist remove SITE --file {file} (or: replaystore blocklist clear "
+        f"--file {file})"
+    )
+
+
+def _rollout_server_failure(result: Any) -> int:
+    """The one line of an iteration that failed on the model server; its exit status.
+
+    2 (a usage error: the command needs another flag) for a text-only model sent
+    screenshots, 1 (the run failed) when every task failed on the server.
+    """
+    message = " ".join(str(result.model_server_error).split())
+    if result.text_only_model:
+        print(
+            "replaystore rollout: error: the model server serves a text-only model "
+            f"({message}): run with --observation text",
+            file=sys.stderr,
+        )
+        return 2
+    stored = f"; trajectories stored in {result.path}" if result.path is not None else ""
+    print(
+        f"replaystore rollout: error: all {len(result.outcomes)} tasks failed on the model "
+        f"server: {message}{stored}",
+        file=sys.stderr,
+    )
+    return 1

@@ -1,0 +1,389 @@
+"""``replaystore stats PATH``: detect what a store is and print its summary, reading only."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from replaystore.cli._common import Parser, UsageError, finite_float, human_bytes, store_path, table
+from replaystore.errors import ReplayStoreError
+
+__all__ = ["DESCRIPTION", "SQLITE_MAGIC", "add_arguments", "detect", "run"]
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+CHECKPOINT_FORMAT_PREFIX = "replaystore.transitions.checkpoint/"
+
+DESCRIPTION = (
+    "Detect what PATH is and print a summary: a trajectory storage directory "
+    "(iterations, trajectories, steps, success rate), a SQLite experience store (rows, "
+    "tasks, agents), a transitions checkpoint (<name>.metadata, or <name> itself) or a "
+    "memory-mapped transitions buffer directory (buffer.json). Reads only; never "
+    "modifies PATH."
+)
+
+
+def add_arguments(parser: Parser) -> None:
+    """The options of ``replaystore stats``."""
+    parser.add_argument(
+        "path",
+        metavar="PATH",
+        help="what to summarise: a path, a sqlite:///path URL or a postgresql:// URL",
+    )
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    parser.add_argument(
+        "--success-threshold",
+        type=finite_float,
+        default=1.0,
+        help="trajectory storage: a trajectory is successful when its final reward is >= "
+        "this (default: %(default)s)",
+    )
+
+
+def detect(path: Path) -> tuple[str, Path]:
+    """What ``path`` is: ``(kind, file or directory to read)``.
+
+    Raises:
+        UsageError: ``path`` does not exist or is none of the known kinds.
+    """
+    if path.is_dir():
+        # Cheap checks first: the trajectory storage import pulls in torch.
+        if (path / "buffer.json").is_file():
+            return "transitions_memmap", path
+        checkpoints = sorted(path.glob("*.metadata"))
+        if len(checkpoints) == 1:
+            return "transitions_checkpoint", checkpoints[0]
+        from replaystore.trajectories.storage import TrajectoryStorage
+
+        if TrajectoryStorage(path).files():
+            return "trajectory_storage", path
+        raise UsageError(
+            f"{path} is a directory with no trajectory iteration files (iteration_*.jsonl), "
+            "no memory-mapped transitions buffer (buffer.json) and no single checkpoint "
+            "(*.metadata)"
+        )
+    if path.is_file():
+        with open(path, "rb") as handle:
+            head = handle.read(len(SQLITE_MAGIC))
+        if head == SQLITE_MAGIC:
+            return "sqlite_experience_store", path
+        if path.name.endswith(".metadata"):
+            return "transitions_checkpoint", path
+        if path.name == "buffer.json":
+            return "transitions_memmap", path.parent
+        if path.name.startswith("iteration_") and path.suffix == ".jsonl":
+            raise UsageError(
+                f"{path} is one trajectory iteration file: pass its directory ({path.parent})"
+            )
+        raise UsageError(
+            f"cannot tell what {path} is: expected a trajectory storage directory, a SQLite "
+            "experience store, a transitions checkpoint (<name>.metadata) or a memmap "
+            "buffer directory"
+        )
+    metadata = path.with_name(path.name + ".metadata")
+    if metadata.is_file():  # a checkpoint named by its prefix, as save()/load() take it
+        return "transitions_checkpoint", metadata
+    raise UsageError(f"{path} does not exist")
+
+
+def _trajectory_stats(path: Path, success_threshold: float) -> dict[str, Any]:
+    from replaystore.trajectories.storage import TrajectoryStorage
+
+    stats = TrajectoryStorage(path).stats(success_threshold=success_threshold)
+    stats["root"] = str(path.resolve())
+    valid = stats["total_trajectories"] - stats["dummy_trajectories"]
+    stats["success_rate"] = stats["successful_trajectories"] / valid if valid else 0.0
+    stats["success_threshold"] = success_threshold
+    return stats
+
+
+def _print_trajectory_stats(s: dict[str, Any]) -> None:
+    its = [row["iteration"] for row in s["iterations"]]
+    print(f"trajectory storage: {s['root']}")
+    print(
+        f"  iterations: {s['total_iterations']} ({its[0]}-{its[-1]}), files: "
+        f"{s['total_files']}, size: {human_bytes(s['total_size_bytes'])}"
+    )
+    print(
+        f"  trajectories: {s['total_trajectories']} ({s['dummy_trajectories']} dummy), "
+        f"successful: {s['successful_trajectories']} ({100 * s['success_rate']:.1f}% of "
+        f"non-dummy, final reward >= {s['success_threshold']:g})"
+    )
+    print(f"  steps: {s['total_steps']}")
+    rows = []
+    for row in s["iterations"]:
+        valid = row["trajectories"] - row["dummy_trajectories"]
+        rate = f"{100 * row['successful_trajectories'] / valid:.1f}%" if valid else "-"
+        rows.append(
+            (
+                row["iteration"],
+                row["files"],
+                row["trajectories"],
+                row["steps"],
+                row["successful_trajectories"],
+                rate,
+                row["dummy_trajectories"],
+                human_bytes(row["size_bytes"]),
+            )
+        )
+    print("  per iteration:")
+    header = ("iteration", "files", "trajectories", "steps", "successful", "rate", "dummy", "size")
+    for line in table(header, rows, "rrrrrrrr"):
+        print(line)
+
+
+def _sqlite_stats(path: Path) -> dict[str, Any]:
+    # Read-only on purpose: opening it with SqliteStorage would create its tables in
+    # any SQLite file and switch it to WAL mode; a summary must not modify the file.
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise UsageError(f"cannot open SQLite file {path}: {exc}") from None
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        columns = (
+            {r[1] for r in conn.execute("PRAGMA table_info(rows)")} if "rows" in tables else set()
+        )
+        needed = {"task_id", "task_name", "agent_id", "step", "execute_time"}
+        if not needed <= columns:
+            raise UsageError(
+                f"{path} is a SQLite database but not a replaystore experience store "
+                "(no 'rows' table with task_id, agent_id, step, execute_time)"
+            )
+        n_rows, n_tasks, n_names, min_step, max_step, t0, t1 = conn.execute(
+            "SELECT COUNT(*), COUNT(DISTINCT task_id), COUNT(DISTINCT task_name), "
+            "MIN(step), MAX(step), MIN(execute_time), MAX(execute_time) FROM rows"
+        ).fetchone()
+        agents = [
+            {"agent_id": a, "rows": n, "tasks": t}
+            for a, n, t in conn.execute(
+                "SELECT agent_id, COUNT(*), COUNT(DISTINCT task_id) FROM rows "
+                "GROUP BY agent_id ORDER BY COUNT(*) DESC, agent_id"
+            )
+        ]
+    except sqlite3.DatabaseError as exc:
+        raise UsageError(f"cannot read SQLite file {path}: {exc}") from None
+    finally:
+        conn.close()
+
+    def iso(t: Any) -> str | None:
+        if not isinstance(t, int | float) or not math.isfinite(t):
+            return None
+        return dt.datetime.fromtimestamp(t, tz=dt.UTC).isoformat(timespec="seconds")
+
+    return {
+        "path": str(path.resolve()),
+        "size_bytes": path.stat().st_size,
+        "rows": n_rows,
+        "tasks": n_tasks,
+        "task_names": n_names,
+        "agents": len(agents),
+        "steps": [min_step, max_step],
+        "execute_time": [iso(t0), iso(t1)],
+        "per_agent": agents,
+    }
+
+
+def _print_sqlite_stats(s: dict[str, Any]) -> None:
+    print(f"SQLite experience store: {s['path']} ({human_bytes(s['size_bytes'])})")
+    _print_store_body(s)
+
+
+def _print_store_body(s: dict[str, Any]) -> None:
+    print(
+        f"  rows: {s['rows']}, tasks: {s['tasks']}, task names: {s['task_names']}, "
+        f"agents: {s['agents']}"
+    )
+    if s["rows"]:
+        print(f"  steps: {s['steps'][0]}-{s['steps'][1]}")
+        print(f"  execute_time: {s['execute_time'][0]} .. {s['execute_time'][1]}")
+        print("  per agent:")
+        rows = [(a["agent_id"], a["rows"], a["tasks"]) for a in s["per_agent"]]
+        for line in table(("agent_id", "rows", "tasks"), rows, "lrr"):
+            print(line)
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path} is not valid JSON: {exc}") from None
+
+
+def _fields(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for f in meta.get("fields") or []:
+        out.append({"name": f.get("name"), "dtype": f.get("dtype"), "shape": f.get("shape")})
+    return out
+
+
+def _objectrl_torch_stats(meta_path: Path) -> dict[str, Any]:
+    """The summary of ObjectRL's ``torch.save`` metadata file, read as ``load`` reads it:
+    the pickle's opcodes only, nothing unpickled (the reader imports torch)."""
+    from replaystore.transitions.checkpoint import read_objectrl_metadata
+
+    meta = read_objectrl_metadata(meta_path.with_name(meta_path.name.removesuffix(".metadata")))
+    if meta is None:
+        raise UsageError(f"{meta_path} is a zip archive but not ObjectRL's metadata")
+    return {
+        "path": str(meta_path.resolve()),
+        "format": "objectrl-metadata-only",
+        "buffer_size": meta.buffer_size,
+        "data_size": meta.data_size,
+        "pointer": meta.pointer,
+        "note": "metadata only (ObjectRL's format, torch.save): no transitions are stored",
+    }
+
+
+def _checkpoint_stats(meta_path: Path) -> dict[str, Any]:
+    with open(meta_path, "rb") as handle:
+        if handle.read(4) == b"PK\x03\x04":  # a zip archive: what torch.save writes
+            return _objectrl_torch_stats(meta_path)
+    meta = _load_json(meta_path)
+    keys = {"buffer_size", "data_size", "pointer"}
+    if not isinstance(meta, dict) or not keys <= meta.keys():
+        raise UsageError(
+            f"{meta_path} is not a transitions checkpoint (no buffer_size/data_size/pointer)"
+        )
+    out: dict[str, Any] = {
+        "path": str(meta_path.resolve()),
+        "format": meta.get("format", "objectrl-metadata-only"),
+        "buffer_size": meta["buffer_size"],
+        "data_size": meta["data_size"],
+        "pointer": meta["pointer"],
+    }
+    fmt = meta.get("format")
+    if fmt is None:
+        out["note"] = "metadata only (ObjectRL's format): no transitions are stored"
+        return out
+    # The format tag is part of the file format (replaystore.transitions.checkpoint);
+    # matching it here avoids importing torch and tensordict for a summary.
+    if not str(fmt).startswith(CHECKPOINT_FORMAT_PREFIX):
+        raise UsageError(f"{meta_path} has an unknown checkpoint format {fmt!r}")
+    sampler = dict(meta.get("sampler") or {})
+    sampler.pop("priorities", None)
+    data_dir = meta_path.parent / str(meta.get("data_dir"))
+    fields = meta.get("fields") or []
+    expected = [(data_dir / f["file"], f["nbytes"]) for f in fields]
+    if (meta.get("sampler") or {}).get("priorities"):
+        p = meta["sampler"]["priorities"]
+        expected.append((data_dir / p["file"], p["nbytes"]))
+    complete = all(f.is_file() and f.stat().st_size == n for f, n in expected)
+    out.update(
+        sampler=sampler,
+        fields=_fields(meta),
+        data_dir=str(data_dir.resolve()),
+        data_bytes=sum(n for _, n in expected),
+        data_files_complete=complete,
+    )
+    return out
+
+
+def _memmap_stats(directory: Path) -> dict[str, Any]:
+    meta = _load_json(directory / "buffer.json")
+    if not isinstance(meta, dict) or not {"capacity", "size", "pointer"} <= meta.keys():
+        raise UsageError(f"{directory / 'buffer.json'} is not a memory-mapped transitions buffer")
+    files = [directory / f["file"] for f in meta.get("fields") or [] if "file" in f]
+    return {
+        "path": str(directory.resolve()),
+        "format": meta.get("format"),
+        "buffer_size": meta["capacity"],
+        "data_size": meta["size"],
+        "pointer": meta["pointer"],
+        "prioritized": "priorities" in meta,
+        "fields": _fields(meta),
+        "file_bytes": sum(f.stat().st_size for f in files if f.is_file()),
+    }
+
+
+def _print_transitions_stats(kind: str, s: dict[str, Any]) -> None:
+    title = "transitions checkpoint" if kind == "transitions_checkpoint" else "memmap buffer"
+    print(f"{title}: {s['path']} ({s['format']})")
+    print(
+        f"  buffer_size: {s['buffer_size']}, data_size: {s['data_size']}, pointer: {s['pointer']}"
+    )
+    if "note" in s:
+        print(f"  {s['note']}")
+        return
+    if "sampler" in s:
+        params = ", ".join(
+            f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in s["sampler"].items()
+            if k != "kind"
+        )
+        kind_name = s["sampler"].get("kind", "?")
+        print(f"  sampler: {kind_name}" + (f" ({params})" if params else ""))
+        state = (
+            "complete" if s["data_files_complete"] else "INCOMPLETE (files missing or truncated)"
+        )
+        print(f"  data: {s['data_dir']} ({human_bytes(s['data_bytes'])}, {state})")
+    else:
+        print(f"  prioritized: {'yes' if s['prioritized'] else 'no'}")
+        print(f"  column files: {human_bytes(s['file_bytes'])}")
+    fields = [
+        (f["name"], f["dtype"], "x".join(map(str, f["shape"])) or "scalar") for f in s["fields"]
+    ]
+    print("  fields:")
+    for line in table(("name", "dtype", "shape"), fields, "lll"):
+        print(line)
+
+
+def _postgres_stats(url: str) -> dict[str, Any]:
+    """The experience store summary of a ``postgresql://`` URL, in one read-only transaction."""
+    from replaystore.experience.storage.postgres import read_summary
+
+    try:
+        return read_summary(url)
+    except ReplayStoreError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _print_postgres_stats(s: dict[str, Any]) -> None:
+    print(
+        f"PostgreSQL experience store: {s['url']} schema {s['schema']} "
+        f"(layout version {s['version']}, {human_bytes(s['size_bytes'])})"
+    )
+    _print_store_body(s)
+
+
+def run(args: argparse.Namespace) -> int:
+    if ":" not in args.path:
+        # Never a URL (every scheme needs a colon): skip the URL helpers, whose import
+        # loads the whole experience package (~0.1 s) for nothing.
+        return _print_stats(args, Path(args.path))
+    from replaystore.experience.storage.urls import is_postgres_url
+
+    if is_postgres_url(args.path):
+        summary = _postgres_stats(args.path)
+        if args.json:
+            print(json.dumps({"kind": "postgres_experience_store", **summary}, indent=2))
+        else:
+            _print_postgres_stats(summary)
+        return 0
+    return _print_stats(args, store_path(args.path))
+
+
+def _print_stats(args: argparse.Namespace, path: Path) -> int:
+    """Detect what the local ``path`` is, then print its summary (text or ``--json``)."""
+    kind, target = detect(path)
+    if kind == "trajectory_storage":
+        summary = _trajectory_stats(target, args.success_threshold)
+    elif kind == "sqlite_experience_store":
+        summary = _sqlite_stats(target)
+    elif kind == "transitions_checkpoint":
+        summary = _checkpoint_stats(target)
+    else:
+        summary = _memmap_stats(target)
+    if args.json:
+        print(json.dumps({"kind": kind, **summary}, indent=2))
+    elif kind == "trajectory_storage":
+        _print_trajectory_stats(summary)
+    elif kind == "sqlite_experience_store":
+        _print_sqlite_stats(summary)
+    else:
+        _print_transitions_stats(kind, summary)
+    return 0
