@@ -54,7 +54,9 @@ __all__ = [
     "TaskHistory",
     "TaskKey",
     "level_weight_table",
+    "order_by_weight",
     "task_key",
+    "webgym_level_weights",
 ]
 
 #: Highest attempt level: solved, or failed this many times.
@@ -135,6 +137,39 @@ def level_weight_table(level_weights: Mapping[int, float] | None = None) -> NDAr
             raise ValueError(f"level_weights[{level}] must be finite and >= 0, got {weight!r}")
         table[int(level)] = value
     return table
+
+
+def webgym_level_weights(level_weights: Mapping[int, float] | None = None) -> NDArray[np.float64]:
+    """Weights for levels 0..5, shape (6,), read as WebGym's ``apply_adaptive_weighted_sampling``
+    reads ``level_weights``: ``None`` is :data:`DEFAULT_LEVEL_WEIGHTS`; a mapping is the
+    whole table, and a level it does not name weighs 1.0 (``{0: 5.0}`` gives
+    ``[5, 1, 1, 1, 1, 1]``; ``{}`` weighs every level alike).
+
+    :func:`level_weight_table` is the other reading (a mapping overrides the defaults
+    for the levels it names), used by :class:`~replaystore.pipeline.task_sampler.TaskSampler`,
+    :meth:`TaskHistory.weights` and :meth:`TaskHistory.weighted_order`.
+
+    Raises:
+        ValueError: a key is not an integer level 0..5, or a weight is negative, NaN or inf.
+    """
+    if level_weights is None:
+        return level_weight_table()
+    level_weight_table(level_weights)  # the same checks, naming the bad key or weight
+    named = {int(level): weight for level, weight in level_weights.items()}
+    return level_weight_table({lvl: named.get(lvl, 1.0) for lvl in range(MAX_ATTEMPT_LEVEL + 1)})
+
+
+def order_by_weight(weights: NDArray[np.float64], seed: SeedLike = None) -> NDArray[np.int64]:
+    """Every position of ``weights`` (shape (n,), >= 0), in a random order drawn by weight.
+
+    Successive weighted sampling without replacement over the positive weights (the
+    distribution of WebGym's ``np.random.choice(n, n, replace=False, p=w / w.sum())``),
+    then the positions of weight 0 in input order (WebGym's ``choice`` fails on them
+    and keeps the input order). Returns int64 indices, shape (n,).
+    """
+    positive = int(np.count_nonzero(weights))
+    order = weighted_sample_without_replacement(weights, positive, as_generator(seed))
+    return np.concatenate([order, np.flatnonzero(weights == 0)])
 
 
 def _step_part(step: Any, part: str, t: int, s: int) -> Any:
@@ -358,17 +393,43 @@ class TaskHistory:
         level_weights: Mapping[int, float] | None = None,
         seed: SeedLike = None,
     ) -> list[Task]:
-        """WebGym's call: all ``tasks`` in a random order drawn by level weight.
+        """WebGym's call: all ``tasks`` in a random order drawn by level weight, WebGym's weights.
 
-        The order is successive weighted sampling without replacement (low levels
-        tend to come first); tasks whose level weight is 0 come last, in their
-        input order.
+        As in WebGym and in ``TaskHistoryManager.apply_adaptive_weighted_sampling``,
+        ``level_weights`` is the whole table: a level it does not name weighs 1.0, so
+        ``{0: 5.0}`` weighs levels 0..5 as ``[5, 1, 1, 1, 1, 1]`` (see
+        :func:`webgym_level_weights`). :meth:`weighted_order` overrides only the levels
+        named. The order is drawn as :meth:`weighted_order` draws it.
+
+        Raises:
+            ValueError: bad ``level_weights``.
         """
-        w = self.weights(tasks, level_weights)
-        positive = int(np.count_nonzero(w))
-        order = weighted_sample_without_replacement(w, positive, as_generator(seed))
-        rest = np.flatnonzero(w == 0)
-        return [tasks[int(i)] for i in np.concatenate([order, rest])]
+        weights = webgym_level_weights(level_weights)[self.levels(tasks)]
+        return [tasks[int(i)] for i in order_by_weight(weights, seed)]
+
+    def weighted_order(
+        self,
+        tasks: Sequence[Task],
+        level_weights: Mapping[int, float] | None = None,
+        seed: SeedLike = None,
+    ) -> list[Task]:
+        """All ``tasks`` (the same objects) in a random order drawn by :meth:`weights`.
+
+        See :func:`order_by_weight`: low levels tend to come first; tasks whose level
+        weight is 0 come last, in their input order.
+
+        Args:
+            tasks: the tasks to order.
+            level_weights: overrides of :data:`DEFAULT_LEVEL_WEIGHTS` for the levels it
+                names (``{0: 5.0}`` weighs levels 0..5 as ``[5, 10, 1, 0.1, 0.01, 0.001]``).
+            seed: int or Generator for a reproducible order (None: fresh entropy).
+
+        Raises:
+            ValueError: bad ``level_weights`` (see :func:`level_weight_table`).
+
+        Cost: O(n log n) for n tasks.
+        """
+        return [tasks[int(i)] for i in order_by_weight(self.weights(tasks, level_weights), seed)]
 
     # -- persistence ----------------------------------------------------------------
 

@@ -35,10 +35,11 @@ from replaystore.pipeline.task_history import (
     MAX_ATTEMPT_LEVEL,
     TaskHistory,
     TaskKey,
-    level_weight_table,
+    order_by_weight,
     task_key,
+    webgym_level_weights,
 )
-from replaystore.sampling import SeedLike, as_generator, weighted_sample_without_replacement
+from replaystore.sampling import SeedLike
 
 __all__ = ["TaskHistoryManager"]
 
@@ -201,11 +202,7 @@ class TaskHistoryManager:
         check_frame(tasks)
         if len(tasks) == 0:
             return tasks.copy()
-        if level_weights is None:
-            table = level_weight_table()
-        else:
-            full = {lvl: level_weights.get(lvl, 1.0) for lvl in range(MAX_ATTEMPT_LEVEL + 1)}
-            table = level_weight_table(full)
+        table = webgym_level_weights(level_weights)
         if "attempt_level" in tasks.columns:
             raw = tasks["attempt_level"].to_numpy()
             try:
@@ -221,11 +218,7 @@ class TaskHistoryManager:
                 )
         else:
             levels = np.zeros(len(tasks), dtype=np.int64)
-        weights = table[levels]
-        positive = int(np.count_nonzero(weights))
-        order = weighted_sample_without_replacement(weights, positive, as_generator(seed))
-        order = np.concatenate([order, np.flatnonzero(weights == 0)])
-        out = tasks.iloc[order].reset_index(drop=True)
+        out = tasks.iloc[order_by_weight(table[levels], seed)].reset_index(drop=True)
         before = np.bincount(levels, minlength=MAX_ATTEMPT_LEVEL + 1)
         logger.info(
             "adaptive-weighted order of %d tasks; per level %s, weights %s; cumulative %s of %d",
