@@ -60,7 +60,7 @@ EXPORTS: dict[str, list[str]] = {
         "Sampler",
         "SqliteStorage",
         "Storage",
-        "TaskSampler",
+        "TaskBatchSampler",
         "open_storage",
     ],
     "replaystore.experience.storage": [

@@ -13,7 +13,6 @@ from replaystore.experience import (
     RandomSampler,
     RandomTaskSample,
     ReplayBuffer,
-    TaskSampler,
 )
 
 from .helpers import episode, make_row
@@ -119,6 +118,8 @@ def test_storage_must_be_a_storage():
 
 
 def test_an_aworld_style_task_sampler_subclass_works_unchanged():
+    from replaystore.experience.base import TaskSampler  # aworld.replay_buffer.base's name
+
     class LatestTasks(TaskSampler):
         def sample_task_ids(self, storage, batch_size, query_condition=None):
             return storage.task_ids(query_condition)[-batch_size:]

@@ -29,7 +29,8 @@ from replaystore.experience.sampling import (
     RandomSampler,
     RandomTaskSample,
     Sampler,
-    TaskSampler,
+    TaskBatchSampler,
+    _old_name,
 )
 from replaystore.experience.storage import (
     InMemoryStorage,
@@ -59,7 +60,7 @@ __all__ = [
     "Sampler",
     "SqliteStorage",
     "Storage",
-    "TaskSampler",
+    "TaskBatchSampler",
     "open_storage",
 ]
 
@@ -74,6 +75,8 @@ def __getattr__(name: str) -> Any:
         from replaystore.experience.storage.postgres import PostgresStorage
 
         return PostgresStorage
+    if name == "TaskSampler":  # the old name of TaskBatchSampler (a DeprecationWarning)
+        return _old_name(stacklevel=2)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -11,7 +11,9 @@ The classes are replaystore's own (see :mod:`replaystore.experience`):
 one per buffer, where AWorld's default argument shares one between buffers),
 samplers take a seed, and storages check rows at ``store``.
 ``QueryCondition`` and ``QueryFilter`` are here because AWorld's ``base``
-imports them too.
+imports them too. ``TaskSampler`` is AWorld's name for
+:class:`~replaystore.experience.sampling.TaskBatchSampler` (the same class; here,
+and only here, without a deprecation warning).
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from replaystore.experience.sampling import (
     DefaultConverter,
     RandomTaskSample,
     Sampler,
-    TaskSampler,
 )
+from replaystore.experience.sampling import TaskBatchSampler as TaskSampler
 from replaystore.experience.storage import InMemoryStorage, Storage
 
 T = TypeVar("T")

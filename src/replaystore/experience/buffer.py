@@ -19,7 +19,7 @@ from replaystore.experience.sampling import (
     DefaultConverter,
     RandomTaskSample,
     Sampler,
-    TaskSampler,
+    TaskBatchSampler,
 )
 from replaystore.experience.storage import InMemoryStorage, Storage
 from replaystore.sampling import SeedLike, as_generator
@@ -128,7 +128,7 @@ class ReplayBuffer:
 
     def sample_task(
         self,
-        sampler: TaskSampler | None = None,
+        sampler: TaskBatchSampler | None = None,
         query_condition: Condition | QueryBuilder | None = None,
         converter: Converter | None = None,
         batch_size: int = 1000,
@@ -142,13 +142,13 @@ class ReplayBuffer:
 
         Raises:
             QueryError: the condition is malformed.
-            ConfigError: ``sampler`` is not a :class:`TaskSampler`.
+            ConfigError: ``sampler`` is not a :class:`TaskBatchSampler`.
         """
         cond = _condition(query_condition)
         chosen, kwargs = self._sampler_call(sampler, seed)
         if not hasattr(chosen, "sample_tasks"):
             raise ConfigError(
-                f"sample_task() needs a TaskSampler, got {type(chosen).__name__}; "
+                f"sample_task() needs a TaskBatchSampler, got {type(chosen).__name__}; "
                 "use sample() for row samplers"
             )
         tasks = chosen.sample_tasks(self._storage, batch_size, cond, **kwargs)

@@ -1,6 +1,7 @@
 """Which rows to pick and how to shape them: samplers and converters (AWorld's interfaces).
 
-* :class:`RandomTaskSample` picks up to ``batch_size`` distinct *tasks* having a
+* :class:`TaskBatchSampler` (AWorld's ``TaskSampler``) picks whole tasks;
+  :class:`RandomTaskSample` picks up to ``batch_size`` distinct *tasks* having a
   row that matches the query, and returns every row of those tasks, each task
   sorted by ``(step, execute_time)``.
 * :class:`RandomSampler` picks up to ``batch_size`` distinct matching *rows*.
@@ -15,6 +16,7 @@ can do it without reading the whole store.
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from typing import Any, TypeVar
 
@@ -31,7 +33,7 @@ __all__ = [
     "RandomSampler",
     "RandomTaskSample",
     "Sampler",
-    "TaskSampler",
+    "TaskBatchSampler",
 ]
 
 T = TypeVar("T")
@@ -67,8 +69,13 @@ class Sampler(ABC):
         """Return sampled rows (at most what ``batch_size`` allows)."""
 
 
-class TaskSampler(Sampler):
-    """Samples whole tasks: subclasses choose the task ids (:meth:`sample_task_ids`)."""
+class TaskBatchSampler(Sampler):
+    """Samples whole tasks for a batch: subclasses choose the task ids (:meth:`sample_task_ids`).
+
+    AWorld's ``TaskSampler`` (``aworld.replay_buffer.base``; under that name in
+    :mod:`replaystore.experience.base`). Not
+    :class:`replaystore.pipeline.TaskSampler`, which picks the tasks a rollout runs.
+    """
 
     def sorted_by_step(self, task_experience: list[DataRow]) -> list[DataRow]:
         """The rows sorted by ``(step, execute_time)`` (stable: ties keep insertion order)."""
@@ -121,7 +128,7 @@ class TaskSampler(Sampler):
         return [row for rows in tasks.values() for row in rows]
 
 
-class RandomTaskSample(TaskSampler):
+class RandomTaskSample(TaskBatchSampler):
     """Uniformly random distinct tasks among those with a matching row.
 
     Returns task ids (never rows, unlike AWorld's when the store is small), at
@@ -181,3 +188,22 @@ class DefaultConverter(Converter):
 
     def to_dataset_row(self, task_experience: list[DataRow]) -> list[DataRow]:
         return task_experience
+
+
+def _old_name(stacklevel: int) -> type[TaskBatchSampler]:
+    """TaskBatchSampler, asked for by its old name: warns once per call site."""
+    warnings.warn(
+        "replaystore.experience.TaskSampler is deprecated: the class is TaskBatchSampler "
+        "(replaystore.pipeline.TaskSampler is the rollout task sampler, another class). "
+        "AWorld code keeps AWorld's name, without this warning, by importing it from "
+        "replaystore.experience.base (aworld.replay_buffer.base).",
+        DeprecationWarning,
+        stacklevel=stacklevel + 1,
+    )
+    return TaskBatchSampler
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TaskSampler":
+        return _old_name(stacklevel=2)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
