@@ -33,8 +33,10 @@ def trajectory(name: str, n: int, reward: float = 1.0) -> list[dict]:
     ]
 
 
-def saved(tmp_path: Path, rank: int | None = 0) -> tuple[TrajectoryStorage, Path]:
-    storage = TrajectoryStorage(tmp_path / "store")
+def saved(tmp_path: Path, rank: int | None = 0, version: int = 2) -> tuple[TrajectoryStorage, Path]:
+    """Three trajectories in one file; version 2 (step lines) unless asked otherwise: the
+    byte-level checks below edit lines (format 3 has its own in test_trajectory_format_v3)."""
+    storage = TrajectoryStorage(tmp_path / "store", format_version=version)
     path = storage.save_iteration(
         1, [trajectory("alpha", 3), trajectory("bravo", 4), trajectory("charlie", 2)], rank=rank
     )
@@ -140,7 +142,7 @@ def test_version_1_files_without_checksums_still_load(tmp_path):
 
 
 def test_checksums_survive_merge_ranks(tmp_path):
-    storage = TrajectoryStorage(tmp_path / "store")
+    storage = TrajectoryStorage(tmp_path / "store", format_version=2)
     storage.save_iteration(1, [trajectory("a", 2)], rank=0)
     storage.save_iteration(1, [trajectory("b", 3)], rank=1)
     merged = storage.merge_ranks(1)

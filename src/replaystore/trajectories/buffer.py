@@ -571,6 +571,7 @@ class ReplayBuffer(Dataset):
         self.success_threshold = float(success_threshold)
         self.seed = seed
         self._source = index.source
+        self._sample_parts = getattr(index.source, "sample_parts", None)
         self._traj = index.traj
         self._step = index.step
         self._reward = index.reward
@@ -789,6 +790,17 @@ class ReplayBuffer(Dataset):
     def _sample(self, pos: int, full: bool = False) -> dict[str, Any]:
         t = int(self._traj[pos])
         s = int(self._step[pos])
+        # A file source hands out a stored prompt's messages without building the step
+        # (version 3 files: each distinct message is parsed once, copied out after).
+        parts = self._sample_parts(pos, t, s) if self._sample_parts is not None else None
+        if parts is not None:
+            message, action = parts
+            _check_messages(message, self._source.describe(t, s), "raw_prompt")
+            sample: dict[str, Any] = {"message": message, "action": action}
+            if full or self.include_reward_in_sample:
+                sample["trajectory_reward"] = float(self._reward[pos])
+                sample["same_as_next_screenshot"] = bool(self._same[pos])
+            return sample
         step = self._source.step(pos, t, s)
         response = step.get("response")
         if not isinstance(response, Response):
@@ -799,7 +811,7 @@ class ReplayBuffer(Dataset):
             message = parse_prompt(response.raw_prompt, self._source.describe(t, s))
         else:
             message = self._build_prompt(step, pos, t, s)
-        sample: dict[str, Any] = {"message": message, "action": response.raw_response}
+        sample = {"message": message, "action": response.raw_response}
         if full or self.include_reward_in_sample:
             sample["trajectory_reward"] = float(self._reward[pos])
             sample["same_as_next_screenshot"] = bool(self._same[pos])

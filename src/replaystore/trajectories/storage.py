@@ -60,14 +60,17 @@ import logging
 import operator
 import os
 import re
+import threading
 import time
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
 
 import numpy as np
+import zstandard
 from numpy.typing import NDArray
 
 from replaystore.atomic import atomic_open, fsync_dir
@@ -94,16 +97,33 @@ __all__ = ["IterationFile", "TrajectoryStorage"]
 logger = logging.getLogger("replaystore.trajectories.storage")
 
 FORMAT = "replaystore.trajectories"
-#: Written format version: 2 adds ``index.line_crc32`` (CRC32 of each step line).
-VERSION = 2
-#: Versions read: 1 (no checksums) and 2.
-READABLE_VERSIONS = (1, 2)
+#: Written format version: 2 added ``index.line_crc32`` (CRC32 of each step line); 3
+#: stores each trajectory as one (zstandard-compressed) frame whose prompts share
+#: their messages (see the module doc).
+VERSION = 3
+#: Versions read: 1 (no checksums), 2 and 3.
+READABLE_VERSIONS = (1, 2, 3)
+#: Versions :class:`TrajectoryStorage` can write (``format_version=``).
+WRITABLE_VERSIONS = (2, 3)
+#: Default zstandard level of version 3 frames.
+COMPRESSION_LEVEL = 3
 #: Default age (seconds) after which our own temporary files count as abandoned.
 STALE_TEMP_AGE_S = 3600.0
 _FILE_RE = re.compile(r"^iteration_(\d{6,})(?:\.rank(\d{3,}))?\.jsonl$")
 # atomic_open's temporary names for our iteration files: .<name>.<mkstemp random>.tmp
 _TEMP_RE = re.compile(r"^\.iteration_\d{6,}(?:\.rank\d{3,})?\.jsonl\.[A-Za-z0-9_]+\.tmp$")
 _NO_CRC = -1
+# Version 3 frame codecs (index.frame_codec): stored as they are, or one zstandard frame.
+_CODEC_RAW = 0
+_CODEC_ZSTD = 1
+# How a split prompt's messages are joined back into its exact text: json.dumps keywords
+# of each message and the separator between them (index = the style code in a head line).
+_PROMPT_STYLES: tuple[tuple[dict[str, Any], str], ...] = (
+    ({"ensure_ascii": False}, ", "),
+    ({"ensure_ascii": True}, ", "),
+    ({"ensure_ascii": False, "separators": (",", ":")}, ","),
+    ({"ensure_ascii": True, "separators": (",", ":")}, ","),
+)
 _LISTING_RETRIES = 5
 # Step-line key: the step's prompt holds image URLs relative to the storage root.
 _RELATIVE_URLS = "relative_image_urls"
@@ -153,10 +173,22 @@ class _Header:
     #: Whether each trajectory's last step is a record step (not a training sample,
     #: :func:`~replaystore.trajectories.index.is_record_step`); None for older files.
     record: NDArray[np.bool_] | None = None
+    version: int = 2
+    #: Version 3, per trajectory: byte length, CRC32 and codec of its frame, and how
+    #: many shared prompt messages the frame holds before its steps. None before.
+    frame_lengths: NDArray[np.int64] | None = None
+    frame_crc: NDArray[np.int64] | None = None
+    frame_codec: NDArray[np.uint8] | None = None
+    message_counts: NDArray[np.int32] | None = None
 
     @property
     def num_steps(self) -> int:
-        return int(self.line_lengths.size)
+        return int(self.same.size)
+
+    def frame_offsets(self) -> NDArray[np.int64]:
+        """Version 3: the byte offset of each trajectory's frame in the file."""
+        assert self.frame_lengths is not None
+        return self.body_start + np.cumsum(self.frame_lengths) - self.frame_lengths
 
 
 class TrajectoryStorage:
@@ -171,9 +203,15 @@ class TrajectoryStorage:
         stale_temp_age_s: on construction, our own abandoned temporary files
             (``.iteration_*.jsonl.*.tmp``, left by a killed writer) older than
             this many seconds are removed (``None``: leave them). See the module doc.
+        format_version: the file format version written (:data:`WRITABLE_VERSIONS`;
+            default :data:`VERSION`). 2 writes files that replaystore releases
+            before format 3 read; every version in :data:`READABLE_VERSIONS` is read.
+        compression_level: zstandard level of version 3 frames (1-22; default 3).
 
     Raises:
         ValueError: a negative ``stale_temp_age_s``.
+        ArgumentError: ``format_version`` is not writable, or ``compression_level``
+            is not an integer from 1 to 22.
 
     Thread/process safety: any number of readers may run while writers write;
     each file appears complete or not at all. Saving an (iteration, rank) that
@@ -188,9 +226,25 @@ class TrajectoryStorage:
         keep_page_metadata: bool = False,
         fingerprinter: ScreenshotFingerprinter | None = None,
         stale_temp_age_s: float | None = STALE_TEMP_AGE_S,
+        format_version: int = VERSION,
+        compression_level: int = COMPRESSION_LEVEL,
     ) -> None:
+        if format_version not in WRITABLE_VERSIONS or isinstance(format_version, bool):
+            raise ArgumentError(
+                f"format_version must be one of {WRITABLE_VERSIONS}, got {format_version!r}"
+            )
+        if (
+            not isinstance(compression_level, int)
+            or isinstance(compression_level, bool)
+            or not 1 <= compression_level <= 22
+        ):
+            raise ArgumentError(
+                f"compression_level must be an integer from 1 to 22, got {compression_level!r}"
+            )
         self.root = Path(root)
         self.keep_page_metadata = bool(keep_page_metadata)
+        self.format_version = int(format_version)
+        self.compression_level = compression_level
         self._fingerprinter = fingerprinter
         if stale_temp_age_s is not None:
             if not isinstance(stale_temp_age_s, int | float) or not stale_temp_age_s >= 0:
@@ -434,23 +488,6 @@ class TrajectoryStorage:
             if not keep_page_metadata and isinstance(obs.get("page_metadata"), Mapping):
                 pm = obs["page_metadata"]
                 obs["page_metadata"] = {k: pm[k] for k in ("title", "url") if k in pm}
-        lines = []
-        for s, d in enumerate(steps):
-            line: dict[str, Any] = {"t": t, "s": s, "step": d}
-            if relative_urls[s]:
-                line[_RELATIVE_URLS] = True
-            try:
-                text = json.dumps(
-                    line,
-                    ensure_ascii=False,
-                    allow_nan=False,
-                    separators=(",", ":"),
-                )
-            except (TypeError, ValueError) as exc:
-                raise TrajectoryError(
-                    f"trajectory {t} step {s} cannot be stored as JSON: {exc}"
-                ) from None
-            lines.append(text.encode("utf-8") + b"\n")
         has_prompt = np.array(
             [
                 isinstance(d.get("response"), Mapping) and bool(d["response"].get("raw_prompt"))
@@ -459,7 +496,31 @@ class TrajectoryStorage:
             dtype=bool,
         )
         record = not dummy and is_record_step(steps[-1])
-        return _EncodedTrajectory(lines, reward, dummy, same, has_prompt, record)
+        encoded = _EncodedTrajectory([], reward, dummy, same, has_prompt, record)
+        if self.format_version >= 3:
+            self._fill_frame(encoded, t, steps, relative_urls)
+        else:
+            encoded.lines = _step_lines(t, steps, relative_urls)
+        return encoded
+
+    def _fill_frame(
+        self,
+        encoded: _EncodedTrajectory,
+        t: int,
+        steps: Sequence[dict[str, Any]],
+        relative_urls: Sequence[bool],
+    ) -> None:
+        """Version 3: the trajectory's frame, its step checksums and message count."""
+        frame, crcs, messages = _frame_of(t, steps, relative_urls)
+        codec = _CODEC_RAW
+        if frame:
+            packed = _zstd_compressor(self.compression_level).compress(frame)
+            if len(packed) < len(frame):  # compress where it pays
+                frame, codec = packed, _CODEC_ZSTD
+        encoded.frame = frame
+        encoded.codec = codec
+        encoded.step_crcs = crcs
+        encoded.messages = messages
 
     def _relative(self, image_path: Any) -> Any:
         if not isinstance(image_path, str) or image_path == "":
@@ -483,46 +544,67 @@ class TrajectoryStorage:
         metadata: Mapping[str, Any],
         trajectories: Sequence[_EncodedTrajectory],
     ) -> None:
-        lengths = np.array([len(e.lines) for e in trajectories], dtype=np.int64)
-        line_lengths = np.fromiter(
-            (len(line) for e in trajectories for line in e.lines),
-            dtype=np.int64,
-            count=int(lengths.sum()),
-        )
+        version = 3 if trajectories and trajectories[0].frame is not None else 2
+        if not trajectories:
+            version = self.format_version
+        lengths = np.array([e.num_steps for e in trajectories], dtype=np.int64)
         same = np.concatenate([e.same for e in trajectories]) if trajectories else np.zeros(0, bool)
-        crcs = np.fromiter(
-            (zlib.crc32(line) for e in trajectories for line in e.lines),
-            dtype=np.uint32,
-            count=int(line_lengths.size),
-        )
-        optional_index: dict[str, str] = {}
-        if any(e.record for e in trajectories):
-            optional_index["record"] = _encode(
-                np.array([e.record for e in trajectories], bool), "u1"
+        index: dict[str, Any] = {
+            "lengths": _encode(lengths, "<i4"),
+            "final_rewards": [e.final_reward for e in trajectories],
+            "dummy": _encode(np.array([e.dummy for e in trajectories], bool), "u1"),
+            "same": _encode(same, "u1"),
+        }
+        if version >= 3:
+            frames = [e.frame or b"" for e in trajectories]
+            index["frame_lengths"] = _encode(np.array([len(f) for f in frames], np.int64), "<i8")
+            index["frame_crc32"] = _encode(
+                np.array([zlib.crc32(f) for f in frames], np.uint32), "<u4"
             )
+            index["frame_codec"] = _encode(
+                np.array([e.codec for e in trajectories], np.uint8), "u1"
+            )
+            index["message_counts"] = _encode(
+                np.array([e.messages for e in trajectories], np.int64), "<i4"
+            )
+            index["line_crc32"] = _encode(
+                np.concatenate([e.step_crcs for e in trajectories if e.step_crcs is not None])
+                if trajectories
+                else np.zeros(0, np.uint32),
+                "<u4",
+            )
+            body: list[bytes] = frames
+        else:
+            line_lengths = np.fromiter(
+                (len(line) for e in trajectories for line in e.lines),
+                dtype=np.int64,
+                count=int(lengths.sum()),
+            )
+            crcs = np.fromiter(
+                (zlib.crc32(line) for e in trajectories for line in e.lines),
+                dtype=np.uint32,
+                count=int(line_lengths.size),
+            )
+            index["line_lengths"] = _encode(line_lengths, "<i8")
+            index["line_crc32"] = _encode(crcs, "<u4")
+            body = [line for e in trajectories for line in e.lines]
+        if any(e.record for e in trajectories):
+            index["record"] = _encode(np.array([e.record for e in trajectories], bool), "u1")
         prompt_flags = [e.has_prompt for e in trajectories]
         if all(flags is not None for flags in prompt_flags):
-            optional_index["has_prompt"] = _encode(
+            index["has_prompt"] = _encode(
                 np.concatenate(prompt_flags) if prompt_flags else np.zeros(0, bool),  # type: ignore[arg-type]
                 "u1",
             )
         header = {
             "format": FORMAT,
-            "version": VERSION,
+            "version": version,
             "iteration": iteration,
             "rank": rank,
             "num_trajectories": len(trajectories),
-            "num_steps": int(line_lengths.size),
+            "num_steps": int(same.size),
             "metadata": metadata,
-            "index": {
-                "lengths": _encode(lengths, "<i4"),
-                "final_rewards": [e.final_reward for e in trajectories],
-                "dummy": _encode(np.array([e.dummy for e in trajectories], bool), "u1"),
-                "same": _encode(same, "u1"),
-                "line_lengths": _encode(line_lengths, "<i8"),
-                "line_crc32": _encode(crcs, "<u4"),
-                **optional_index,
-            },
+            "index": index,
         }
         try:
             header_line = json.dumps(header, ensure_ascii=False, allow_nan=False)
@@ -533,8 +615,7 @@ class TrajectoryStorage:
             ) from None
         with atomic_open(target, "wb") as handle:
             handle.write(header_line.encode("utf-8") + b"\n")
-            for e in trajectories:
-                handle.writelines(e.lines)
+            handle.writelines(body)
 
     # ------------------------------------------------------------------ reading
 
@@ -562,7 +643,15 @@ class TrajectoryStorage:
             rewards = list(index["final_rewards"])
             dummy = _decode(index["dummy"], "u1", n_traj, where).astype(bool)
             same = _decode(index["same"], "u1", n_steps, where).astype(bool)
-            line_lengths = _decode(index["line_lengths"], "<i8", n_steps, where)
+            frame_lengths = frame_crc = frame_codec = message_counts = None
+            if version >= 3:
+                line_lengths = np.zeros(0, dtype=np.int64)
+                frame_lengths = _decode(index["frame_lengths"], "<i8", n_traj, where)
+                frame_crc = _decode(index["frame_crc32"], "<u4", n_traj, where).astype(np.int64)
+                frame_codec = _decode(index["frame_codec"], "u1", n_traj, where)
+                message_counts = _decode(index["message_counts"], "<i4", n_traj, where)
+            else:
+                line_lengths = _decode(index["line_lengths"], "<i8", n_steps, where)
             has_prompt = (
                 _decode(index["has_prompt"], "u1", n_steps, where).astype(bool)
                 if "has_prompt" in index
@@ -583,14 +672,26 @@ class TrajectoryStorage:
             len(rewards) != n_traj
             or int(lengths.sum()) != n_steps
             or (n_traj and int(lengths.min()) < 1)
-            or (n_steps and int(line_lengths.min()) < 1)
+            or (version < 3 and n_steps and int(line_lengths.min()) < 1)
+            or (
+                frame_lengths is not None
+                and n_traj
+                and (
+                    int(frame_lengths.min()) < 1
+                    or int(message_counts.min()) < 0  # type: ignore[union-attr]
+                    or int(frame_codec.max()) > _CODEC_ZSTD  # type: ignore[union-attr]
+                )
+            )
         ):
             raise StorageError(f"{where}: header counts do not match its index")
         # The final-reward rule (index.py) for files written before save_iteration
         # enforced it: every reader (stats, load_all, from_storage, export) refuses alike.
         for t in np.flatnonzero(~dummy).tolist():
             final_reward_value(rewards[t], f"trajectory {t} of {where}", int(lengths[t]) - 1)
-        self._check_body(file, len(first), lengths, line_lengths, line_crc)
+        if frame_lengths is not None:
+            _check_frames(file, len(first), frame_lengths, frame_crc)  # type: ignore[arg-type]
+        else:
+            self._check_body(file, len(first), lengths, line_lengths, line_crc)
         return _Header(
             file=file,
             body_start=len(first),
@@ -603,6 +704,11 @@ class TrajectoryStorage:
             line_crc=line_crc,
             has_prompt=has_prompt,
             record=record,
+            version=int(version),
+            frame_lengths=frame_lengths,
+            frame_crc=frame_crc,
+            frame_codec=frame_codec,
+            message_counts=message_counts,
         )
 
     @staticmethod
@@ -667,8 +773,69 @@ class TrajectoryStorage:
         observation.image_path = self._resolve(observation.image_path)
         return t, s, step
 
+    def _decode_frame_step(
+        self, frame: _Frame, head: Mapping[str, Any], step_raw: bytes, where: str
+    ) -> dict[str, Any]:
+        """A version 3 step (checked by :func:`_frame_head`) as a step mapping."""
+        try:
+            data = json.loads(step_raw)
+            if "p" in head:
+                response = data["response"]
+                response["raw_prompt"] = _head_prompt(frame, head)
+                response["raw_response"] = head["r"]
+            if head.get("u"):
+                data["response"]["raw_prompt"] = resolve_prompt(
+                    data["response"]["raw_prompt"], root_url(self.root)
+                )
+            step = step_from_dict(data)
+        except (
+            json.JSONDecodeError,
+            UnicodeDecodeError,
+            KeyError,
+            IndexError,
+            TypeError,
+            ValueError,
+        ) as exc:
+            raise StorageError(f"{where}: malformed step ({exc})") from None
+        observation = step["observation"]
+        observation.image_path = self._resolve(observation.image_path)
+        return step
+
+    def _frames_of(self, header: _Header) -> Iterator[tuple[int, _Frame]]:
+        """``(trajectory, decoded frame)`` of every trajectory of a version 3 file."""
+        assert header.frame_lengths is not None and header.frame_crc is not None
+        assert header.frame_codec is not None and header.message_counts is not None
+        path = header.file.path
+        offsets = header.frame_offsets()
+        for t in range(int(header.lengths.size)):
+            where = f"{path} trajectory {t}"
+            data = _read_frame(
+                path,
+                int(offsets[t]),
+                int(header.frame_lengths[t]),
+                int(header.frame_crc[t]),
+                int(header.frame_codec[t]),
+                where,
+            )
+            yield (
+                t,
+                _split_frame(data, int(header.message_counts[t]), int(header.lengths[t]), where),
+            )
+
     def _read_file(self, file: IterationFile) -> tuple[_Header, list[list[dict[str, Any]]]]:
         header = self._read_header(file)
+        if header.version >= 3:
+            out: list[list[dict[str, Any]]] = []
+            first = 0
+            for t, frame in self._frames_of(header):
+                steps = []
+                for s in range(int(header.lengths[t])):
+                    where = f"{file.path} trajectory {t} step {s}"
+                    head, step_raw = _frame_head(frame, s, int(header.line_crc[first + s]), where)
+                    steps.append(self._decode_frame_step(frame, head, step_raw, where))
+                first += len(steps)
+                out.append(steps)
+            return header, out
         trajectories: list[list[dict[str, Any]]] = [[] for _ in range(header.lengths.size)]
         count = 0
         with open(file.path, "rb") as handle:
@@ -785,9 +952,12 @@ class TrajectoryStorage:
         Trajectories keep rank order. Readers never miss data: the merged file
         appears (atomically) before the rank files are removed, and readers
         prefer it. Idempotent: an already merged iteration returns its path.
+        The merged file is written in this storage's ``format_version``: version 3
+        frames are copied as they are, older step lines are converted.
 
         Raises:
-            StorageError: the iteration has no files.
+            StorageError: the iteration has no files, or a rank file fails a
+                checksum (nothing is merged then).
         """
         group = [f for f in self.files() if f.iteration == iteration]
         merged_path = self.root / f"iteration_{int(iteration):06d}.jsonl"
@@ -805,42 +975,7 @@ class TrajectoryStorage:
         for f in ranks:
             header = self._read_header(f)
             rank_meta[str(f.rank)] = header.metadata
-            with open(f.path, "rb") as handle:
-                handle.seek(header.body_start)
-                raw_lines = handle.read().split(b"\n")
-            if raw_lines and raw_lines[-1] == b"":
-                raw_lines.pop()
-            if len(raw_lines) != header.num_steps:
-                raise StorageError(
-                    f"{f.path} holds {len(raw_lines)} steps but its header says {header.num_steps}"
-                )
-            for i, raw in enumerate(raw_lines):
-                crc = int(header.line_crc[i])
-                if crc != _NO_CRC and zlib.crc32(raw + b"\n") != crc:
-                    raise StorageError(
-                        f"{f.path} line {i + 2}: step line fails its CRC32 check (damaged "
-                        "after it was written); nothing was merged"
-                    )
-            offset = len(encoded)
-            start = 0
-            for t, length in enumerate(header.lengths.tolist()):
-                lines = [
-                    _renumber(raw, offset + t, f"{f.path} line {start + i + 2}")
-                    for i, raw in enumerate(raw_lines[start : start + length])
-                ]
-                encoded.append(
-                    _EncodedTrajectory(
-                        lines,
-                        header.final_rewards[t],
-                        bool(header.dummy[t]),
-                        header.same[start : start + length],
-                        None
-                        if header.has_prompt is None
-                        else header.has_prompt[start : start + length],
-                        header.record is not None and bool(header.record[t]),
-                    )
-                )
-                start += length
+            encoded.extend(self._reencode(header, first_t=len(encoded)))
         metadata = {"merged_ranks": [f.rank for f in ranks], "rank_metadata": rank_meta}
         self._write(merged_path, int(iteration), None, metadata, encoded)
         for f in ranks:
@@ -850,6 +985,135 @@ class TrajectoryStorage:
             "merged %d rank files of iteration %d into %s", len(ranks), iteration, merged_path
         )
         return merged_path
+
+    def upgrade(self) -> list[Path]:
+        """Rewrite every iteration file older than this storage's ``format_version``.
+
+        Each file is read whole (every checksum verified) and replaced atomically
+        by the same trajectories in the new format (same name, header metadata,
+        iteration and rank): a process killed at any instant leaves either the
+        old file or the new one. Buffers opened before must be reopened.
+
+        Returns:
+            The rewritten paths (newest format files are left alone).
+
+        Raises:
+            StorageError: a file is not ours, is inconsistent or fails a checksum
+                (that file and the ones after it are left as they were).
+        """
+        rewritten = []
+        for f in self.files():
+            header = self._read_header(f)
+            if header.version >= self.format_version:
+                continue
+            encoded = self._reencode(header, first_t=0)
+            self._write(f.path, f.iteration, f.rank, header.metadata, encoded)
+            rewritten.append(f.path)
+        if rewritten:
+            logger.info(
+                "upgraded %d iteration files under %s to format version %d",
+                len(rewritten),
+                self.root,
+                self.format_version,
+            )
+        return rewritten
+
+    def _reencode(self, header: _Header, first_t: int) -> list[_EncodedTrajectory]:
+        """The trajectories of a file, verified, as ``format_version`` trajectories
+        numbered from ``first_t`` (frames and same-version lines are copied)."""
+        path = header.file.path
+        out: list[_EncodedTrajectory] = []
+        starts = np.cumsum(header.lengths) - header.lengths
+        if header.version >= 3:
+            for t, frame in self._frames_of(header):
+                start = int(starts[t])
+                n = int(header.lengths[t])
+                encoded = self._index_part(header, t, start, n)
+                if self.format_version >= 3:
+                    assert header.frame_lengths is not None and header.frame_codec is not None
+                    offset = int(header.frame_offsets()[t])
+                    with open(path, "rb") as handle:
+                        handle.seek(offset)
+                        encoded.frame = handle.read(int(header.frame_lengths[t]))
+                    if zlib.crc32(encoded.frame) != int(header.frame_crc[t]):  # type: ignore[index]
+                        raise StorageError(f"{path} trajectory {t}: frame changed while read")
+                    encoded.codec = int(header.frame_codec[t])
+                    encoded.messages = int(header.message_counts[t])  # type: ignore[index]
+                    encoded.step_crcs = header.line_crc[start : start + n].astype(np.uint32)
+                    for s in range(n):  # verified before anything is written
+                        _frame_head(
+                            frame,
+                            s,
+                            int(header.line_crc[start + s]),
+                            f"{path} trajectory {t} step {s}",
+                        )
+                else:
+                    dicts, relative = [], []
+                    for s in range(n):
+                        where = f"{path} trajectory {t} step {s}"
+                        head, step_raw = _frame_head(
+                            frame, s, int(header.line_crc[start + s]), where
+                        )
+                        data = json.loads(step_raw)
+                        if "p" in head:
+                            data["response"]["raw_prompt"] = _head_prompt(frame, head)
+                            data["response"]["raw_response"] = head["r"]
+                        dicts.append(data)
+                        relative.append(bool(head.get("u")))
+                    encoded.lines = _step_lines(first_t + t, dicts, relative)
+                out.append(encoded)
+            return out
+        with open(path, "rb") as handle:
+            handle.seek(header.body_start)
+            raw_lines = handle.read().split(b"\n")
+        if raw_lines and raw_lines[-1] == b"":
+            raw_lines.pop()
+        if len(raw_lines) != header.num_steps:
+            raise StorageError(
+                f"{path} holds {len(raw_lines)} steps but its header says {header.num_steps}"
+            )
+        for i, raw in enumerate(raw_lines):
+            crc = int(header.line_crc[i])
+            if crc != _NO_CRC and zlib.crc32(raw + b"\n") != crc:
+                raise StorageError(
+                    f"{path} line {i + 2}: step line fails its CRC32 check (damaged "
+                    "after it was written); nothing was merged"
+                )
+        for t, length in enumerate(header.lengths.tolist()):
+            start = int(starts[t])
+            encoded = self._index_part(header, t, start, length)
+            lines = raw_lines[start : start + length]
+            if self.format_version >= 3:
+                dicts, relative = [], []
+                for i, raw in enumerate(lines):
+                    try:
+                        record = json.loads(raw)
+                        dicts.append(record["step"])
+                        relative.append(bool(record.get(_RELATIVE_URLS)))
+                    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as exc:
+                        raise StorageError(
+                            f"{path} line {start + i + 2}: malformed step line ({exc})"
+                        ) from None
+                self._fill_frame(encoded, first_t + t, dicts, relative)
+            else:
+                encoded.lines = [
+                    _renumber(raw, first_t + t, f"{path} line {start + i + 2}")
+                    for i, raw in enumerate(lines)
+                ]
+            out.append(encoded)
+        return out
+
+    @staticmethod
+    def _index_part(header: _Header, t: int, start: int, n: int) -> _EncodedTrajectory:
+        """Trajectory ``t``'s index entries (steps ``start .. start + n - 1``), no data yet."""
+        return _EncodedTrajectory(
+            [],
+            header.final_rewards[t],
+            bool(header.dummy[t]),
+            header.same[start : start + n],
+            None if header.has_prompt is None else header.has_prompt[start : start + n],
+            header.record is not None and bool(header.record[t]),
+        )
 
     def cleanup_old_iterations(self, keep_last_n: int = 5) -> list[Path]:
         """Delete the files of all but the ``keep_last_n`` most recent iterations.
@@ -959,6 +1223,7 @@ class TrajectoryStorage:
         traj_parts, step_parts, reward_parts, same_parts = [], [], [], []
         file_parts, offset_parts, traj_rewards, crc_parts = [], [], [], []
         prompt_parts: list[NDArray[np.bool_]] = []
+        frame_parts: list[tuple[Any, ...] | None] = []
         traj_file: list[NDArray[np.int32]] = []
         traj_local: list[NDArray[np.int32]] = []
         dummies = 0
@@ -980,7 +1245,20 @@ class TrajectoryStorage:
             if h.record is not None:  # record steps are stored, never samples
                 step_keep[(starts + lengths - 1)[h.record & keep]] = False
             local_step = np.arange(h.num_steps, dtype=np.int64) - np.repeat(starts, lengths)
-            offsets = h.body_start + np.cumsum(h.line_lengths) - h.line_lengths
+            if h.frame_lengths is not None:  # version 3: steps are found through their frame
+                offsets = np.full(h.num_steps, -1, dtype=np.int64)
+                frame_parts.append(
+                    (
+                        h.frame_offsets(),
+                        h.frame_lengths,
+                        h.frame_crc,
+                        h.frame_codec,
+                        h.message_counts,
+                    )
+                )
+            else:
+                offsets = h.body_start + np.cumsum(h.line_lengths) - h.line_lengths
+                frame_parts.append(None)
             traj_ids = np.repeat(np.arange(first_traj, first_traj + n_traj), lengths)
             traj_parts.append(traj_ids[step_keep])
             step_parts.append(local_step[step_keep].astype(np.int32))
@@ -1005,6 +1283,7 @@ class TrajectoryStorage:
             np.concatenate(traj_file),
             np.concatenate(traj_local),
             np.concatenate(crc_parts).astype(np.int64),
+            _frame_table(headers, frame_parts),
         )
         return StepIndex(
             traj=np.concatenate(traj_parts).astype(np.int64),
@@ -1023,12 +1302,151 @@ class TrajectoryStorage:
 
 @dataclass(slots=True)
 class _EncodedTrajectory:
+    """One trajectory ready to write: its step lines (version 1-2) or frame (version 3)."""
+
     lines: list[bytes]
     final_reward: Any
     dummy: bool
     same: NDArray[np.bool_]
     has_prompt: NDArray[np.bool_] | None = None
     record: bool = False
+    frame: bytes | None = None
+    codec: int = _CODEC_RAW
+    step_crcs: NDArray[np.uint32] | None = None
+    messages: int = 0
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.same.size)
+
+
+def _dumps(value: Any, t: int, s: int) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise TrajectoryError(f"trajectory {t} step {s} cannot be stored as JSON: {exc}") from None
+
+
+def _step_lines(
+    t: int, steps: Sequence[dict[str, Any]], relative_urls: Sequence[bool]
+) -> list[bytes]:
+    """Version 2 step lines: ``{"t", "s", "step"[, "relative_image_urls"]}``."""
+    lines = []
+    for s, d in enumerate(steps):
+        line: dict[str, Any] = {"t": t, "s": s, "step": d}
+        if relative_urls[s]:
+            line[_RELATIVE_URLS] = True
+        lines.append(_dumps(line, t, s).encode("utf-8") + b"\n")
+    return lines
+
+
+# [the compiled replaystore._jsoncopy.copy or None], resolved on first use
+_COPY: list[Any] = []
+
+
+def _json_copy() -> Any:
+    """``replaystore._jsoncopy.copy`` (a deep copy of parsed JSON), or None."""
+    if not _COPY:
+        from replaystore._kernels import resolve_kernel
+
+        try:
+            from replaystore import _jsoncopy as module
+        except ImportError:  # not compiled: the caller parses again
+            module = None
+        kernel = resolve_kernel(
+            module, None, env="REPLAYSTORE_JSONCOPY", argument="REPLAYSTORE_JSONCOPY"
+        )
+        _COPY.append(None if kernel is None else kernel.copy)
+    return _COPY[0]
+
+
+def _split_prompt(prompt: str) -> tuple[int, list[str]] | None:
+    """``(style, message texts)`` whose join (:data:`_PROMPT_STYLES`) is exactly
+    ``prompt``, or None (not a JSON list of messages, or written some other way:
+    then the prompt is stored as it is)."""
+    if not prompt.startswith("[{") or not prompt.endswith("}]"):
+        return None
+    try:
+        messages = json.loads(prompt)
+    except ValueError:
+        return None
+    if not isinstance(messages, list):
+        return None
+    for style, (keywords, separator) in enumerate(_PROMPT_STYLES):
+        try:
+            parts = [json.dumps(m, **keywords) for m in messages]
+        except (TypeError, ValueError):
+            return None
+        if len(prompt) == sum(map(len, parts)) + len(separator) * (len(parts) - 1) + 2 and (
+            prompt == "[" + separator.join(parts) + "]"
+        ):
+            return style, parts
+    return None
+
+
+def _join_prompt(style: int, parts: Sequence[str]) -> str:
+    return "[" + _PROMPT_STYLES[style][1].join(parts) + "]"
+
+
+def _frame_of(
+    t: int, steps: Sequence[dict[str, Any]], relative_urls: Sequence[bool]
+) -> tuple[bytes, NDArray[np.uint32], int]:
+    """Version 3: ``(frame, CRC32 of each step's two lines, shared message count)``.
+
+    The frame is UTF-8 text lines: first the trajectory's distinct prompt messages
+    (each the exact JSON text it had in its prompt, in order of first use), then
+    per step a head line and a step line. The head line is ``{"s": step}``, plus
+    ``"u": true`` when the prompt's image URLs are relative to the storage root,
+    and, when the prompt was split into shared messages, ``"p": style, "m": [message
+    numbers], "r": raw_response``; the step line is the step's dict, with
+    ``raw_prompt`` and ``raw_response`` then left empty (they live in the head).
+    """
+    ids: dict[str, int] = {}
+    body: list[bytes] = []
+    crcs = np.empty(len(steps), dtype=np.uint32)
+    for s, d in enumerate(steps):
+        head: dict[str, Any] = {"s": s}
+        if relative_urls[s]:
+            head["u"] = True
+        response = d.get("response")
+        prompt = response.get("raw_prompt") if isinstance(response, dict) else None
+        split = _split_prompt(prompt) if isinstance(prompt, str) and prompt else None
+        if split is not None:
+            style, parts = split
+            head["p"] = style
+            head["m"] = [ids.setdefault(part, len(ids)) for part in parts]
+            head["r"] = response["raw_response"]  # type: ignore[index]
+            d = {**d, "response": {**response, "raw_prompt": "", "raw_response": ""}}  # type: ignore[dict-item]
+        head_line = _dumps(head, t, s).encode("utf-8") + b"\n"
+        step_line = _dumps(d, t, s).encode("utf-8") + b"\n"
+        crcs[s] = zlib.crc32(step_line, zlib.crc32(head_line))
+        body.append(head_line)
+        body.append(step_line)
+    messages = [text.encode("utf-8") + b"\n" for text in ids]
+    return b"".join(messages + body), crcs, len(messages)
+
+
+_ZSTD = threading.local()
+
+
+def _zstd_compressor(level: int) -> Any:
+    """This thread's zstandard compressor for ``level`` (they are not thread-safe)."""
+    cache = getattr(_ZSTD, "compressors", None)
+    if cache is None:
+        cache = _ZSTD.compressors = {}
+    compressor = cache.get(level)
+    if compressor is None:
+        compressor = cache[level] = zstandard.ZstdCompressor(
+            level=level, write_checksum=False, write_content_size=True
+        )
+    return compressor
+
+
+def _zstd_decompress(data: bytes) -> bytes:
+    decompressor = getattr(_ZSTD, "decompressor", None)
+    if decompressor is None:
+        decompressor = _ZSTD.decompressor = zstandard.ZstdDecompressor()
+    return bytes(decompressor.decompress(data))
 
 
 def _renumber(raw: bytes, t: int, where: str) -> bytes:
@@ -1040,10 +1458,169 @@ def _renumber(raw: bytes, t: int, where: str) -> bytes:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
 
 
-class _FileSource:
-    """Reads one step (or a step's history) from its iteration file on access."""
+def _frame_table(
+    headers: Sequence[_Header], parts: Sequence[tuple[Any, ...] | None]
+) -> _Frames | None:
+    """Per trajectory (all files, in order): where its version 3 frame is; None
+    when no file is version 3. Trajectories of older files get length 0."""
+    if all(part is None for part in parts):
+        return None
+    columns: list[list[NDArray[Any]]] = [[], [], [], [], [], []]
+    for h, part in zip(headers, parts, strict=True):
+        n = int(h.lengths.size)
+        if part is None:
+            part = tuple(np.zeros(n, dtype=np.int64) for _ in range(5))
+        for column, values in zip(columns, (*part, h.lengths), strict=True):
+            column.append(np.asarray(values, dtype=np.int64))
+    offset, length, crc, codec, messages, steps = (np.concatenate(c) for c in columns)
+    return _Frames(
+        offset,
+        length,
+        crc,
+        codec.astype(np.uint8),
+        messages.astype(np.int32),
+        steps.astype(np.int32),
+    )
 
-    __slots__ = ("crcs", "file_of_step", "files", "offsets", "storage", "traj_file", "traj_local")
+
+@dataclass(slots=True)
+class _Frames:
+    """Version 3 frames by global trajectory number (see :func:`_frame_table`)."""
+
+    offset: NDArray[np.int64]
+    length: NDArray[np.int64]
+    crc: NDArray[np.int64]
+    codec: NDArray[np.uint8]
+    messages: NDArray[np.int32]
+    steps: NDArray[np.int32]
+
+
+def _check_frames(
+    file: IterationFile,
+    body_start: int,
+    frame_lengths: NDArray[np.int64],
+    frame_crc: NDArray[np.int64],
+) -> None:
+    """Version 3 at open: the file's size and its last frame's CRC32 against its header."""
+    where = str(file.path)
+    expected = body_start + int(frame_lengths.sum())
+    with open(file.path, "rb") as handle:
+        actual = os.fstat(handle.fileno()).st_size
+        if actual != expected:
+            state = "truncated" if actual < expected else "longer than its header says"
+            raise StorageError(
+                f"{where} is {state}: its header announces {frame_lengths.size} trajectory "
+                f"frames in {expected} bytes, the file has {actual} bytes (damaged or cut "
+                "short; restore it from a copy or remove it)"
+            )
+        if frame_lengths.size == 0:
+            return
+        handle.seek(expected - int(frame_lengths[-1]))
+        last = handle.read(int(frame_lengths[-1]))
+    if zlib.crc32(last) != int(frame_crc[-1]):
+        raise StorageError(
+            f"{where}: the frame of its last trajectory ({frame_lengths.size - 1}) fails its "
+            "CRC32 check"
+        )
+
+
+def _read_frame(path: Path, offset: int, length: int, crc: int, codec: int, where: str) -> bytes:
+    """The decoded bytes of one version 3 frame, checked against its CRC32.
+
+    Raises:
+        FileNotFoundError: the file is gone.
+        StorageError: the frame is short, fails its checksum or does not decode.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        raw = os.pread(fd, length, offset)
+    finally:
+        os.close(fd)
+    if len(raw) != length or zlib.crc32(raw) != crc:
+        raise StorageError(
+            f"{where}: its frame fails its CRC32 check (the file was changed or damaged "
+            "after it was written)"
+        )
+    if codec == _CODEC_RAW:
+        return raw
+    try:
+        return _zstd_decompress(raw)
+    except zstandard.ZstdError as exc:
+        raise StorageError(f"{where}: its frame does not decompress ({exc})") from None
+
+
+@dataclass(slots=True)
+class _Frame:
+    """A decoded version 3 frame: shared messages (text) and two lines per step."""
+
+    messages: list[str]
+    lines: list[bytes]
+
+
+def _split_frame(data: bytes, n_messages: int, n_steps: int, where: str) -> _Frame:
+    lines = data.split(b"\n")
+    if len(lines) != n_messages + 2 * n_steps + 1 or lines[-1] != b"":
+        raise StorageError(
+            f"{where}: its frame holds {len(lines) - 1} lines, its header says "
+            f"{n_messages} messages and {n_steps} steps"
+        )
+    try:
+        messages = [line.decode("utf-8") for line in lines[:n_messages]]
+    except UnicodeDecodeError as exc:
+        raise StorageError(f"{where}: malformed prompt message ({exc})") from None
+    return _Frame(messages, lines[n_messages:-1])
+
+
+def _frame_head(frame: _Frame, s: int, crc: int, where: str) -> tuple[dict[str, Any], bytes]:
+    """Step ``s`` of a frame: its head (parsed) and its step line, checksum verified."""
+    head_raw = frame.lines[2 * s] + b"\n"
+    step_raw = frame.lines[2 * s + 1] + b"\n"
+    if crc != _NO_CRC and zlib.crc32(step_raw, zlib.crc32(head_raw)) != crc:
+        raise StorageError(
+            f"{where}: step fails its CRC32 check (the file was changed or damaged after it "
+            "was written)"
+        )
+    try:
+        head = json.loads(head_raw)
+        if not isinstance(head, dict) or int(head["s"]) != s:
+            raise ValueError(f"head line names step {head.get('s')!r}, expected {s}")
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise StorageError(f"{where}: malformed step head ({exc})") from None
+    return head, step_raw
+
+
+def _head_prompt(frame: _Frame, head: Mapping[str, Any]) -> str:
+    """The exact stored prompt text of a split prompt (URLs still relative)."""
+    return _join_prompt(int(head["p"]), [frame.messages[i] for i in head["m"]])
+
+
+class _FileSource:
+    """Reads one step (or a step's history) from its iteration file on access.
+
+    Version 1-2 steps: one seek and one line. Version 3 steps: their trajectory's
+    frame, decoded once and kept among the last :data:`FRAME_CACHE` frames; the
+    messages of split prompts are parsed once per distinct text and copied out
+    (:meth:`sample_parts`).
+    """
+
+    __slots__ = (
+        "_cache",
+        "_messages",
+        "_root_url",
+        "crcs",
+        "file_of_step",
+        "files",
+        "frames",
+        "offsets",
+        "storage",
+        "traj_file",
+        "traj_local",
+    )
+
+    #: Decoded frames kept (most recently used).
+    FRAME_CACHE = 256
+    #: Parsed prompt messages kept (by their text), before the cache is cleared.
+    MESSAGE_CACHE = 65_536
 
     def __init__(
         self,
@@ -1054,14 +1631,19 @@ class _FileSource:
         traj_file: NDArray[np.int32],
         traj_local: NDArray[np.int32],
         crcs: NDArray[np.int64],
+        frames: _Frames | None = None,
     ) -> None:
         self.storage = storage
-        self.crcs = crcs  # CRC32 per indexed step line; _NO_CRC for version 1 files
+        self.crcs = crcs  # CRC32 per indexed step; _NO_CRC for version 1 files
         self.files = files
         self.file_of_step = file_of_step
-        self.offsets = offsets
+        self.offsets = offsets  # byte offset of each step line; -1 for version 3 steps
         self.traj_file = traj_file
         self.traj_local = traj_local
+        self.frames = frames
+        self._cache: OrderedDict[int, _Frame] = OrderedDict()
+        self._messages: dict[str, Any] = {}
+        self._root_url = root_url(storage.root)
 
     def trajectory_sequence(self) -> _StoredTrajectories:
         """Every trajectory of the indexed files (dummies included), read on access."""
@@ -1071,22 +1653,60 @@ class _FileSource:
         path = self.files[int(self.traj_file[traj])]
         return f"trajectory {traj} step {step} (trajectory {int(self.traj_local[traj])} of {path})"
 
+    def _removed(self, path: Path) -> StorageError:
+        return StorageError(
+            f"{path} was removed after the buffer was opened (cleanup_old_iterations "
+            "or merge_ranks); reopen the buffer"
+        )
+
+    def _frame(self, traj: int) -> _Frame:
+        frame = self._cache.get(traj)
+        if frame is not None:
+            self._cache.move_to_end(traj)
+            return frame
+        frames = self.frames
+        assert frames is not None
+        path = self.files[int(self.traj_file[traj])]
+        where = f"trajectory {traj} (trajectory {int(self.traj_local[traj])} of {path})"
+        try:
+            data = _read_frame(
+                path,
+                int(frames.offset[traj]),
+                int(frames.length[traj]),
+                int(frames.crc[traj]),
+                int(frames.codec[traj]),
+                where,
+            )
+        except FileNotFoundError:
+            raise self._removed(path) from None
+        frame = _split_frame(data, int(frames.messages[traj]), int(frames.steps[traj]), where)
+        self._cache[traj] = frame
+        if len(self._cache) > self.FRAME_CACHE:
+            self._cache.popitem(last=False)
+        return frame
+
     def _read(self, pos: int, count: int, traj: int, step: int) -> list[dict[str, Any]]:
+        # ``count`` steps ending at step number ``step``, the first at position ``pos``.
         path = self.files[int(self.file_of_step[pos])]
+        first = step - count + 1
+        out = []
+        if int(self.offsets[pos]) < 0:  # version 3: from the trajectory's frame
+            frame = self._frame(traj)
+            for i in range(count):
+                where = self.describe(traj, first + i)
+                head, step_raw = _frame_head(frame, first + i, int(self.crcs[pos + i]), where)
+                out.append(self.storage._decode_frame_step(frame, head, step_raw, where))
+            return out
         try:
             with open(path, "rb") as handle:
                 handle.seek(int(self.offsets[pos]))
                 lines = [handle.readline() for _ in range(count)]
         except FileNotFoundError:
-            raise StorageError(
-                f"{path} was removed after the buffer was opened (cleanup_old_iterations "
-                "or merge_ranks); reopen the buffer"
-            ) from None
-        out = []
+            raise self._removed(path) from None
         for i, line in enumerate(lines):
-            where = self.describe(traj, step - count + 1 + i)
+            where = self.describe(traj, first + i)
             t, s, mapping = self.storage._decode_line(line, where, int(self.crcs[pos + i]))
-            if t != int(self.traj_local[traj]) or s != step - count + 1 + i:
+            if t != int(self.traj_local[traj]) or s != first + i:
                 raise StorageError(f"{where}: the file changed after the buffer was opened")
             out.append(mapping)
         return out
@@ -1098,6 +1718,45 @@ class _FileSource:
         if step == 0:
             return []
         return self._read(pos - step, step, traj, step - 1)
+
+    def sample_parts(self, pos: int, traj: int, step: int) -> tuple[list[Any], Any] | None:
+        """``(prompt messages, raw_response)`` of a version 3 step whose prompt was split
+        into shared messages, without building the step; None otherwise (then read the
+        step). The messages equal ``json.loads`` of the step's ``raw_prompt`` (a new
+        list of new dicts on every call).
+
+        Raises:
+            StorageError: the frame or the step fails its checksum, or is malformed.
+        """
+        if int(self.offsets[pos]) >= 0:
+            return None
+        frame = self._frame(traj)
+        where = self.describe(traj, step)
+        head, _ = _frame_head(frame, step, int(self.crcs[pos]), where)
+        if "p" not in head:
+            return None
+        try:
+            texts = [frame.messages[i] for i in head["m"]]
+            relative = bool(head.get("u"))
+            messages = [self._message(text, relative) for text in texts]
+        except (IndexError, TypeError, ValueError) as exc:
+            raise StorageError(f"{where}: malformed prompt message ({exc})") from None
+        return messages, head.get("r")
+
+    def _message(self, text: str, relative: bool) -> Any:
+        key = ("u" if relative else "a") + text
+        parsed = self._messages.get(key)
+        if parsed is None:
+            parsed = json.loads(resolve_prompt(text, self._root_url) if relative else text)
+            if len(self._messages) >= self.MESSAGE_CACHE:
+                self._messages.clear()
+            self._messages[key] = parsed
+        copy = _json_copy()
+        if copy is not None:
+            result = copy(parsed)
+            if result is not NotImplemented:
+                return result
+        return json.loads(resolve_prompt(text, self._root_url) if relative else text)
 
 
 class _StoredTrajectories(Sequence[list[dict[str, Any]]]):
