@@ -52,6 +52,7 @@ __all__ = [
     "END_KEYS",
     "NSTEP_KEYS",
     "REQUIRED_KEYS",
+    "NStepReader",
     "check_nstep_config",
     "check_nstep_schema",
     "compute_nstep",
@@ -112,18 +113,23 @@ def check_nstep_schema(shapes: Mapping[str, tuple[int, ...]], n_step: int) -> No
 
 @functools.lru_cache(maxsize=64)
 def _powers(n: int, gamma: float) -> np.ndarray:
-    """``gamma ** k`` for ``k = 0..n`` (float64)."""
-    return np.float64(gamma) ** np.arange(n + 1, dtype=np.float64)
+    """``gamma ** k`` for ``k = 0..n`` (float64, read-only)."""
+    powers = np.float64(gamma) ** np.arange(n + 1, dtype=np.float64)
+    powers.flags.writeable = False
+    return powers
 
 
 @functools.lru_cache(maxsize=64)
 def _row_starts(rows: int, n: int) -> np.ndarray:
-    return np.arange(rows, dtype=np.int64) * n
+    """``arange(rows) * n`` (read-only)."""
+    starts = np.arange(rows, dtype=np.int64) * n
+    starts.flags.writeable = False
+    return starts
 
 
 def _flags_at(column: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """A flag column (one value per step) at ``pos``, as bool (non-zero is true)."""
-    flags = column.reshape(len(column))[pos]
+    """A flag column (one value per step) at ``pos`` (modulo its length), as bool."""
+    flags = column.reshape(len(column)).take(pos, mode="wrap")
     return flags if flags.dtype == np.bool_ else flags != 0
 
 
@@ -200,78 +206,168 @@ def nstep_fields(
             f"index {int(bad)} is out of range: the buffer stores {size} items "
             f"(valid: 0..{size - 1})"
         )
-    return compute_nstep(columns, None, index, n, g, pointer, mask)
+    reader = NStepReader(n, g)
+    reader.bind(columns, _numpy_views(columns))
+    return reader.fields(index, pointer, mask)
+
+
+def _numpy_views(columns: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray | None]:
+    """NumPy views of the CPU columns NumPy has a dtype for (None for the others)."""
+    views: dict[str, np.ndarray | None] = {}
+    for key, column in columns.items():
+        try:
+            views[key] = column.numpy() if column.device.type == "cpu" else None
+        except (TypeError, RuntimeError):  # bfloat16 and friends have no NumPy dtype
+            views[key] = None
+    return views
+
+
+class NStepReader:
+    """The n-step entries of a buffer's samples, read from the columns it is bound to.
+
+    The buffer makes one per ``n_step > 1`` and binds it to each new storage, so
+    the choice between the NumPy and the torch steps is made once, not per sample.
+
+    Args:
+        n_step: the horizon, >= 1.
+        gamma: the discount, in ``[0, 1]``.
+
+    Raises:
+        ArgumentError: as :func:`check_nstep_config`.
+    """
+
+    __slots__ = ("_arrays", "_columns", "gamma", "n_step")
+
+    def __init__(self, n_step: int, gamma: float) -> None:
+        self.n_step, self.gamma = check_nstep_config(n_step, gamma)
+        self._columns: dict[str, torch.Tensor] = {}
+        self._arrays: dict[str, np.ndarray] | None = None
+
+    def bind(
+        self, columns: Mapping[str, torch.Tensor], arrays: Mapping[str, np.ndarray | None]
+    ) -> None:
+        """Read ``columns`` from now on (NumPy views ``arrays`` when all needed ones exist).
+
+        Raises:
+            ConfigError, SchemaError: as :func:`check_nstep_schema`.
+        """
+        check_nstep_schema({k: tuple(v.shape[1:]) for k, v in columns.items()}, self.n_step)
+        needed = [k for k in (*REQUIRED_KEYS, "terminated", "truncated") if k in columns]
+        self._columns = {k: columns[k] for k in needed}
+        views = {k: arrays.get(k) for k in needed}
+        self._arrays = {k: v for k, v in views.items() if v is not None}
+        if len(self._arrays) < len(needed):
+            self._arrays = None
+
+    def unbind(self) -> None:
+        """Forget the columns."""
+        self._columns, self._arrays = {}, None
+
+    def fields(
+        self,
+        index: torch.Tensor | np.ndarray,
+        pointer: int,
+        mask: torch.Tensor | np.ndarray | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """The n-step entries of stored positions ``index`` (unchecked: the buffer's own draw).
+
+        Shapes, dtypes and the meaning of ``mask`` as :func:`nstep_fields`; the
+        entries are on the storing device.
+        """
+        return compute_nstep(
+            self._columns, self._arrays, index, self.n_step, self.gamma, pointer, mask
+        )
 
 
 def compute_nstep(
     columns: Mapping[str, torch.Tensor],
-    arrays: Mapping[str, np.ndarray | None] | None,
-    index: torch.Tensor,
+    arrays: Mapping[str, np.ndarray] | None,
+    index: torch.Tensor | np.ndarray,
     n: int,
     gamma: float,
     pointer: int,
-    mask: torch.Tensor | None = None,
+    mask: torch.Tensor | np.ndarray | None = None,
 ) -> dict[str, torch.Tensor]:
-    """:func:`nstep_fields` without the checks (the buffer passes its own samples).
+    """:func:`nstep_fields` without the checks.
 
-    ``arrays`` are the columns' NumPy views (CPU storage), or None: with every
-    needed view present the NumPy steps run, else the torch ones.
+    ``arrays``: NumPy views of every needed column (CPU storage), which run the
+    NumPy steps; None runs the torch steps on ``columns``' device.
     """
-    needed = [k for k in (*REQUIRED_KEYS, "terminated", "truncated") if k in columns]
-    if arrays is not None and all(arrays.get(k) is not None for k in needed):
-        views = {k: arrays[k] for k in needed}
-        return _nstep_numpy(views, index, n, gamma, pointer, mask)  # type: ignore[arg-type]
-    return _nstep_torch(columns, index, n, gamma, pointer, mask)
+    if arrays is not None:
+        if isinstance(index, torch.Tensor):
+            index = index.numpy()
+        if isinstance(mask, torch.Tensor):
+            mask = mask.numpy()
+        return _nstep_numpy(arrays, index, n, gamma, pointer, mask)
+    return _nstep_torch(columns, torch.as_tensor(index), n, gamma, pointer, mask)
 
 
 def _nstep_numpy(
     arrays: Mapping[str, np.ndarray],
-    index: torch.Tensor,
+    index: torch.Tensor | np.ndarray,
     n: int,
     gamma: float,
     pointer: int,
-    mask: torch.Tensor | None,
+    mask: torch.Tensor | np.ndarray | None,
 ) -> dict[str, torch.Tensor]:
+    # Arrays are step-major, [n, B]: NumPy's inner loops then run over the batch
+    # (B long), not over the n steps of one window (measured 2-4x faster per op).
     shape = tuple(index.shape)
-    t = index.reshape(-1).numpy().astype(np.int64, copy=False)
+    t = np.asarray(index).reshape(-1)
     capacity = len(arrays["done"])
     keep: np.ndarray | None = None
     if mask is not None:
-        keep = mask.reshape(-1).numpy().astype(bool, copy=False)
+        keep = np.asarray(mask).reshape(-1).astype(bool, copy=False)
         t = np.where(keep, t, (pointer - 1) % capacity)  # padding: any stored position
     rows = len(t)
-    k = np.arange(n, dtype=np.int64)
+    k = _steps(n)  # [n, 1]
     # lim: the last k whose position t+k is stored (t+k never passes the newest).
-    lim = (pointer - 1 - t) % capacity
+    lim = pointer - 1 - t
+    lim %= capacity
     np.minimum(lim, n - 1, out=lim)
-    pos = t[:, None] + np.minimum(k, lim[:, None])
-    np.subtract(pos, capacity, out=pos, where=pos >= capacity)
-    ends = [_flags_at(arrays[key], pos) for key in END_KEYS if key in arrays]
-    end = ends[0] if len(ends) == 1 else np.logical_or.reduce(ends)
-    last = (end | (k >= lim[:, None])).argmax(axis=1)  # first step that stops the window
-    flat = _row_starts(rows, n) + last
+    pos = np.minimum(k, lim)
+    pos += t  # past the end of the ring: every take below wraps it (mode="wrap")
+    end = _flags_at(arrays["done"], pos)
+    for key in ("terminated", "truncated"):
+        if key in arrays:
+            end = end | _flags_at(arrays[key], pos)
+    stop = k >= lim
+    stop |= end
+    last = stop.T.argmax(axis=1)  # the first step that stops each window
+    flat = last * rows + _row_starts(rows, 1)
     powers = _powers(n, gamma)
 
     reward = arrays["reward"]
     rdtype = reward.dtype if reward.dtype.kind == "f" else np.dtype(np.float32)
-    r = reward[pos].astype(rdtype, copy=False)  # [B, n, *reward_shape]
-    discounted = r * powers[:n].astype(rdtype).reshape(n, *([1] * (r.ndim - 2)))
-    ret = np.cumsum(discounted, axis=1).reshape(rows * n, *r.shape[2:])[flat]
-    next_obs = arrays["next_obs"].take(pos.reshape(-1)[flat], axis=0)
-    done = end.reshape(-1)[flat]
-    discount = powers[last + 1].astype(np.float32)
-    out = {"n_step_return": ret, "n_step_next_obs": next_obs, "n_step_done": done}
-    out["n_step_discount"] = discount
+    r = reward.take(pos, axis=0, mode="wrap").astype(rdtype, copy=False)  # [n, B, *shape]
+    trailing = (1,) * (r.ndim - 2)
+    weights = powers[:n].astype(rdtype).reshape(n, 1, *trailing)
+    # where, not a product with 0: a NaN reward after the window stays out of it.
+    outside = (k > last).reshape(n, rows, *trailing)
+    ret = np.where(outside, 0, r * weights).sum(axis=0, dtype=rdtype)
+    pos_flat = pos.reshape(-1)
+    out = {
+        "n_step_return": ret,
+        "n_step_next_obs": arrays["next_obs"].take(pos_flat[flat], axis=0, mode="wrap"),
+        "n_step_done": end.reshape(-1)[flat],
+        "n_step_discount": powers[last + 1].astype(np.float32),
+    }
     if "terminated" in arrays:
-        term = _flags_at(arrays["terminated"], pos)
         # A terminated step within the window is its first stopping step, if any.
-        out["n_step_terminated"] = term.reshape(-1)[flat]
+        out["n_step_terminated"] = _flags_at(arrays["terminated"], pos_flat[flat])
     if keep is not None:
         for value in out.values():
             value[~keep] = 0
-    item = {k: tuple(arrays[k].shape[1:]) for k in ("done", "terminated") if k in arrays}
-    result = {key: torch.from_numpy(np.ascontiguousarray(v)) for key, v in out.items()}
-    return _shaped(result, shape, item)
+    item = {key: tuple(arrays[key].shape[1:]) for key in ("done", "terminated") if key in arrays}
+    return _shaped({key: torch.from_numpy(v) for key, v in out.items()}, shape, item)
+
+
+@functools.lru_cache(maxsize=64)
+def _steps(n: int) -> np.ndarray:
+    """``[[0], [1], ..., [n-1]]``: the step of each window row (int64, read-only)."""
+    k = np.arange(n, dtype=np.int64).reshape(n, 1)
+    k.flags.writeable = False
+    return k
 
 
 def _nstep_torch(
@@ -280,7 +376,7 @@ def _nstep_torch(
     n: int,
     gamma: float,
     pointer: int,
-    mask: torch.Tensor | None,
+    mask: torch.Tensor | np.ndarray | None,
 ) -> dict[str, torch.Tensor]:
     shape = tuple(index.shape)
     device = columns["done"].device
@@ -288,7 +384,7 @@ def _nstep_torch(
     t = index.reshape(-1).to(device=device, dtype=torch.int64)
     keep: torch.Tensor | None = None
     if mask is not None:
-        keep = mask.reshape(-1).to(device=device, dtype=torch.bool)
+        keep = torch.as_tensor(mask).reshape(-1).to(device=device, dtype=torch.bool)
         t = torch.where(keep, t, (pointer - 1) % capacity)
     rows = t.shape[0]
     k = torch.arange(n, device=device)
@@ -302,7 +398,7 @@ def _nstep_torch(
     stop = end | (k >= lim[:, None])
     last = stop.to(torch.uint8).argmax(dim=1)  # the first maximum: the first stopping step
     flat = torch.arange(rows, device=device) * n + last
-    powers = torch.from_numpy(_powers(n, gamma)).to(device)
+    powers = torch.tensor(_powers(n, gamma), device=device)
 
     reward = columns["reward"]
     rdtype = reward.dtype if reward.dtype.is_floating_point else torch.float32
