@@ -36,11 +36,20 @@
  * untrack(obj) does the same for an object whose referents (its type aside)
  * are all untracked, and returns whether it did.
  *
+ * check_row(row, row_cls, meta_cls, exp_cls, spec) is copy_checked's test
+ * without the copy, for a whole row (see its definition).
+ *
  * dumps(value) returns the JSON text of `value`, character for character what
  * replaystore's encoder (json, separators (",", ":"), ensure_ascii=False,
  * allow_nan=False) writes, for the same values copy() takes (a str holding
  * non-ASCII characters is taken too, written raw as that encoder does), or
  * NotImplemented for everything else, so the caller takes the json path.
+ *
+ * dumps_encoders(value, encoders) is dumps that also writes a value whose exact
+ * type is a key of the dict `encoders`: a tuple of field names (a dataclass:
+ * an object of those attributes) or an object with to_json(value) -> bytes
+ * (a pydantic model's serialiser: its JSON written as it is; a ValueError from
+ * it declines). A type mapped to None, or absent, declines.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -274,8 +283,10 @@ put_string(sbuf *b, PyObject *s)
 }
 
 /* 0: written; 1: declined; -1: error. */
+static PyObject *str_to_json;
+
 static int
-put_value(sbuf *b, PyObject *v, int depth)
+put_value(sbuf *b, PyObject *v, int depth, PyObject *encoders)
 {
     PyTypeObject *t = Py_TYPE(v);
     if (v == Py_None)
@@ -316,7 +327,7 @@ put_value(sbuf *b, PyObject *v, int depth)
             if (i && sb_put(b, ",", 1) < 0)
                 return -1;
             PyObject *item = t == &PyList_Type ? PyList_GET_ITEM(v, i) : PyTuple_GET_ITEM(v, i);
-            int rc = put_value(b, item, depth + 1);
+            int rc = put_value(b, item, depth + 1, encoders);
             if (rc)
                 return rc;
         }
@@ -339,17 +350,59 @@ put_value(sbuf *b, PyObject *v, int depth)
                 return rc;
             if (sb_put(b, ":", 1) < 0)
                 return -1;
-            rc = put_value(b, value, depth + 1);
+            rc = put_value(b, value, depth + 1, encoders);
             if (rc)
                 return rc;
         }
         return sb_put(b, "}", 1);
     }
-    return 1;
+    if (encoders == NULL)
+        return 1;
+    PyObject *enc = PyDict_GetItemWithError(encoders, (PyObject *)t); /* borrowed */
+    if (enc == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    if (PyTuple_Check(enc)) { /* a dataclass: its field names */
+        if (sb_put(b, "{", 1) < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(enc); i++) {
+            PyObject *name = PyTuple_GET_ITEM(enc, i);
+            if (Py_TYPE(name) != &PyUnicode_Type)
+                return 1;
+            if (i && sb_put(b, ",", 1) < 0)
+                return -1;
+            int rc = put_string(b, name);
+            if (rc)
+                return rc;
+            if (sb_put(b, ":", 1) < 0)
+                return -1;
+            PyObject *field = PyObject_GetAttr(v, name);
+            if (field == NULL)
+                return -1;
+            rc = put_value(b, field, depth + 1, encoders);
+            Py_DECREF(field);
+            if (rc)
+                return rc;
+        }
+        return sb_put(b, "}", 1);
+    }
+    if (enc == Py_None)
+        return 1;
+    /* a pydantic model: its serialiser's JSON bytes (valid UTF-8), written as they are */
+    PyObject *text = PyObject_CallMethodOneArg(enc, str_to_json, v);
+    if (text == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_ValueError)) { /* the caller's json path names it */
+            PyErr_Clear();
+            return 1;
+        }
+        return -1;
+    }
+    int rc = PyBytes_Check(text) ? sb_put(b, PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text)) : 1;
+    Py_DECREF(text);
+    return rc;
 }
 
 static PyObject *
-jsoncopy_dumps(PyObject *self, PyObject *value)
+dumps_with(PyObject *value, PyObject *encoders)
 {
     sbuf b = {NULL, 0, 0};
     /* start at a size that holds a typical row's payload */
@@ -357,7 +410,7 @@ jsoncopy_dumps(PyObject *self, PyObject *value)
     if (b.buf == NULL)
         return PyErr_NoMemory();
     b.cap = 512;
-    int rc = put_value(&b, value, 0);
+    int rc = put_value(&b, value, 0, encoders);
     PyObject *out;
     if (rc < 0)
         out = NULL;
@@ -367,6 +420,22 @@ jsoncopy_dumps(PyObject *self, PyObject *value)
         out = PyUnicode_DecodeUTF8(b.buf, b.len, "strict");
     PyMem_Free(b.buf);
     return out;
+}
+
+static PyObject *
+jsoncopy_dumps(PyObject *self, PyObject *value)
+{
+    return dumps_with(value, NULL);
+}
+
+static PyObject *
+jsoncopy_dumps_encoders(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "dumps_encoders(value, encoders) takes a dict of encoders");
+        return NULL;
+    }
+    return dumps_with(args[0], args[1]);
 }
 
 
@@ -475,6 +544,80 @@ jsoncopy_copy_checked(PyObject *self, PyObject *args)
     return out;
 }
 
+/* check_row(row, row_cls, meta_cls, exp_cls, spec): True when `row` is exactly
+ * a row_cls whose "id" is a non-empty ASCII str, whose "exp_meta" is exactly a
+ * meta_cls with the spec's fields of exactly the spec's types (as copy_checked
+ * checks them) and whose "exp_data" is exactly an exp_cls; False otherwise.
+ * Nothing is copied: the in-memory storage keeps such a row as given. */
+static PyObject *names_id, *names_meta, *names_data;
+
+static int
+check_attr(PyObject *obj, PyObject *name, PyTypeObject *want)
+{
+    PyObject *value = PyObject_GetAttr(obj, name);
+    if (value == NULL)
+        return -1;
+    int ok = Py_TYPE(value) == want;
+    Py_DECREF(value);
+    return ok;
+}
+
+static PyObject *
+jsoncopy_check_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || !PyType_Check(args[1]) || !PyType_Check(args[2]) ||
+        !PyType_Check(args[3]) || !PyTuple_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "check_row(row, row_cls, meta_cls, exp_cls, spec) takes 3 types and a tuple");
+        return NULL;
+    }
+    PyObject *row = args[0], *spec = args[4];
+    if (Py_TYPE(row) != (PyTypeObject *)args[1])
+        Py_RETURN_FALSE;
+    PyObject *row_id = PyObject_GetAttr(row, names_id);
+    if (row_id == NULL)
+        return NULL;
+    int ok = Py_TYPE(row_id) == &PyUnicode_Type && PyUnicode_IS_ASCII(row_id) &&
+             PyUnicode_GET_LENGTH(row_id) > 0;
+    Py_DECREF(row_id);
+    if (!ok)
+        Py_RETURN_FALSE;
+    int rc = check_attr(row, names_data, (PyTypeObject *)args[3]);
+    if (rc <= 0)
+        return rc < 0 ? NULL : Py_NewRef(Py_False);
+    PyObject *meta = PyObject_GetAttr(row, names_meta);
+    if (meta == NULL)
+        return NULL;
+    if (Py_TYPE(meta) != (PyTypeObject *)args[2]) {
+        Py_DECREF(meta);
+        Py_RETURN_FALSE;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(spec, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyUnicode_Check(PyTuple_GET_ITEM(pair, 1))) {
+            Py_DECREF(meta);
+            PyErr_SetString(PyExc_TypeError, "spec must hold (name, kind) pairs");
+            return NULL;
+        }
+        const char *kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 1));
+        PyObject *value = kind == NULL ? NULL : PyObject_GetAttr(meta, PyTuple_GET_ITEM(pair, 0));
+        if (value == NULL) {
+            Py_DECREF(meta);
+            return NULL;
+        }
+        ok = kind_ok(value, kind[0]);
+        Py_DECREF(value);
+        if (!ok) {
+            Py_DECREF(meta);
+            Py_RETURN_FALSE;
+        }
+    }
+    Py_DECREF(meta);
+    Py_RETURN_TRUE;
+}
+
 static PyObject *
 jsoncopy_untrack(PyObject *self, PyObject *obj)
 {
@@ -496,6 +639,10 @@ static PyMethodDef methods[] = {
      "copy_checked(obj, cls, spec) -> new cls with obj's fields of exactly the spec's types."},
     {"untrack", jsoncopy_untrack, METH_O,
      "untrack(obj) -> whether obj is now untracked (only when its referents are)."},
+    {"check_row", (PyCFunction)(void (*)(void))jsoncopy_check_row, METH_FASTCALL,
+     "check_row(row, row_cls, meta_cls, exp_cls, spec) -> whether row passes without a copy."},
+    {"dumps_encoders", (PyCFunction)(void (*)(void))jsoncopy_dumps_encoders, METH_FASTCALL,
+     "dumps_encoders(value, encoders) -> dumps, with models and dataclasses by their encoders."},
     {"dumps", jsoncopy_dumps, METH_O,
      "dumps(value) -> compact JSON text as replaystore's encoder writes it, or NotImplemented."},
     {NULL, NULL, 0, NULL},
@@ -509,5 +656,11 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__jsoncopy(void)
 {
+    names_id = PyUnicode_InternFromString("id");
+    names_meta = PyUnicode_InternFromString("exp_meta");
+    names_data = PyUnicode_InternFromString("exp_data");
+    str_to_json = PyUnicode_InternFromString("to_json");
+    if (names_id == NULL || names_meta == NULL || names_data == NULL || str_to_json == NULL)
+        return NULL;
     return PyModule_Create(&module);
 }

@@ -84,8 +84,19 @@ def test_memory_storage_returns_the_very_rows_stored_on_every_read_path():
     assert_aworld_types(store.get_by_task_id("t0")[0])
 
 
-def test_memory_storage_queries_see_rows_as_they_were_stored():
-    store = InMemoryStorage()
+def test_memory_storage_queries_the_stored_objects_as_they_are_now():
+    store = InMemoryStorage()  # AWorld's semantics: what you store is what you query
+    row = aworld_row("t", 0, page="home")
+    store.add(row)
+    row.exp_data.state.content = "changed later"
+    assert store.get_all()[0].exp_data.state.content == "changed later"  # the same object
+    assert store.get_all(QueryBuilder().eq("exp_data.state.content", "home").build()) == []
+    changed = QueryBuilder().eq("exp_data.state.content", "changed later").build()
+    assert store.get_all(changed) == [row]
+
+
+def test_memory_storage_with_snapshot_queries_rows_as_they_were_stored():
+    store = InMemoryStorage(snapshot=True)
     row = aworld_row("t", 0, page="home")
     store.add(row)
     row.exp_data.state.content = "changed later"

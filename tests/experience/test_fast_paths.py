@@ -239,7 +239,7 @@ def test_in_memory_queries_do_not_see_later_mutation_on_either_path(monkeypatch)
     for fast in (True, False):
         if not fast:
             monkeypatch.setattr(rows_module, "_COPY", [None] * 5)
-        store = InMemoryStorage()
+        store = InMemoryStorage(snapshot=True)
         state = {"x": 1, "tags": ["a"]}
         row = DataRow(ExpMeta("t", None, None, 0, 0.0), Experience(state=state), f"r{fast}")
         store.add(row)
@@ -327,7 +327,7 @@ def conditions(draw):
 @SETTINGS
 @given(batches=row_batches(), conds=st.lists(conditions(), min_size=1, max_size=4))
 def test_in_memory_queries_on_the_lazy_snapshot_match_rows_decoded_at_store_time(batches, conds):
-    store = InMemoryStorage(None)
+    store = InMemoryStorage(None, snapshot=True)
     decoded = []
     for i, batch in enumerate(batches):
         if i % 2:
@@ -527,7 +527,7 @@ def test_in_memory_add_batch_names_the_bad_row_and_stores_nothing(bad):
         broken.exp_meta.step = "one"
     elif bad == "payload":
         broken.exp_data.state = {"x": {1, 2}}
-    store = InMemoryStorage()
+    store = InMemoryStorage(snapshot=bad == "payload")  # payloads are checked by snapshots only
     with pytest.raises(SchemaError, match=r"data_batch\[1\]|'r1'"):
         store.add_batch([row(0), None if bad is None else broken, row(2)])
     assert store.size() == 0

@@ -40,7 +40,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from replaystore.errors import QueryError
-from replaystore.experience.rows import META_FIELDS, PAYLOAD_FIELDS, DataRow
+from replaystore.experience.rows import META_FIELDS, PAYLOAD_FIELDS, DataRow, to_json_value
 
 __all__ = [
     "OPS",
@@ -371,18 +371,36 @@ def _getter(field: str) -> Callable[[DataRow], Any]:
     head, path = rest[0], rest[1:]
 
     def get(row: DataRow) -> Any:
+        # The value as the JSON-storing storages hold it: plain dicts (str keys),
+        # lists and scalars are read as they are; anything else on the path (a
+        # pydantic model, a dataclass, a tuple, a dict with other keys, a NumPy
+        # value) is first converted as it would be stored (to_json_value).
         cur = getattr(row.exp_data, head)
         for seg in path:
-            if isinstance(cur, dict):
+            cls = type(cur)
+            if cls is not list and (cls is not dict or {*map(type, cur)} - _STR_KEYS):
+                if cls in _SCALARS or cur is _MISSING:
+                    return _MISSING
+                cur = to_json_value(cur, f"row {row.id!r}: {field}")
+                cls = type(cur)
+            if cls is dict:
                 cur = cur.get(seg, _MISSING)
-            elif isinstance(cur, list) and seg.isdigit() and seg.isascii():
+            elif cls is list and seg.isdigit() and seg.isascii():
                 i = int(seg)
                 cur = cur[i] if i < len(cur) else _MISSING
             else:
                 return _MISSING
+        if type(cur) not in _JSON_TYPES and cur is not _MISSING:
+            cur = to_json_value(cur, f"row {row.id!r}: {field}")
         return cur
 
     return get
+
+
+_STR_KEYS = frozenset({str})
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+# Values read as they are (containers are never equal to a query value, whatever they hold).
+_JSON_TYPES = _SCALARS | {dict, list, tuple}
 
 
 def _same(a: Any, b: Any) -> bool:

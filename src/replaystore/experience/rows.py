@@ -19,6 +19,7 @@ import dataclasses
 import json
 import json.encoder
 import math
+import sys
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -187,8 +188,9 @@ _object_new = object.__new__
 
 
 def _json_default(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    names = _dataclass_plan(type(obj))
+    if names is not None:
+        return {name: getattr(obj, name) for name in names}
     dump = getattr(obj, "model_dump", None)
     if callable(dump):  # pydantic v2 models, duck-typed so pydantic stays optional
         return dump(mode="json")
@@ -227,17 +229,158 @@ def _encode_payload(payload: Any) -> str:
         raise ValueError("Circular reference detected (or nesting too deep)") from None
 
 
+# ------------------------------------------------------------------ encoders per type
+#
+# A payload that is not plain JSON values (models, dataclasses inside) is written
+# piece by piece: plain parts by the compiled ``dumps``, a pydantic model by its
+# own pydantic-core serialiser (``__pydantic_serializer__.to_json``, the text of
+# ``model_dump_json()``), a dataclass through the cached names of its fields.
+# The text parses to the values the generic path (``json`` with ``_json_default``:
+# ``model_dump(mode="json")``, the dataclass's fields) gives, with one exception:
+# a non-finite float inside a pydantic model is ``null`` (pydantic's own JSON),
+# where the generic path refuses the row. Anything else (NumPy values, a model
+# class overriding ``model_dump``, dict keys that are not strings, a value that
+# cannot be encoded) returns None, and the caller takes the generic path, which
+# encodes it or raises the error that names it.
+
+_UNSEEN = object()
+# class -> how it is written: its pydantic-core serialiser (a model keeping
+# BaseModel's model_dump), its field names (a dataclass), or None (the generic
+# path). The compiled ``dumps_encoders`` reads the same dict.
+_ENCODERS: dict[type, Any] = {}
+
+
+def _encoder_for(cls: type) -> Any:
+    """How values of ``cls`` are written (see ``_ENCODERS``); worked out once per class."""
+    found = _ENCODERS.get(cls, _UNSEEN)
+    if found is not _UNSEEN:
+        return found
+    encoder: Any = None
+    pydantic = sys.modules.get("pydantic")  # a model instance exists: pydantic is imported
+    base = getattr(pydantic, "BaseModel", None)
+    if (
+        base is not None
+        and isinstance(cls, type)
+        and issubclass(cls, base)
+        and getattr(cls, "model_dump", None) is base.model_dump
+    ):
+        encoder = getattr(cls, "__pydantic_serializer__", None)
+        if not callable(getattr(encoder, "to_json", None)):
+            encoder = None
+    elif dataclasses.is_dataclass(cls) and isinstance(cls, type):
+        encoder = tuple(f.name for f in dataclasses.fields(cls))
+    _ENCODERS[cls] = encoder
+    return encoder
+
+
+def _dataclass_plan(cls: type) -> tuple[str, ...] | None:
+    """The field names of a dataclass type (``dataclasses.fields``, computed once), or None."""
+    encoder = _ENCODERS.get(cls, _UNSEEN)
+    if encoder is _UNSEEN:
+        encoder = _encoder_for(cls)
+    if type(encoder) is tuple:
+        return encoder
+    if encoder is None or not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):
+        return None
+    return tuple(f.name for f in dataclasses.fields(cls))  # a pydantic model that is a dataclass
+
+
+def _value_text(value: Any, dumps: Any, depth: int = 0) -> str | None:
+    """The JSON text of ``value`` written per type (see above), or None for the generic path.
+
+    ``dumps`` is the compiled ``replaystore._jsoncopy.dumps``.
+    """
+    cls = type(value)
+    encoder = _ENCODERS.get(cls, _UNSEEN)
+    if encoder is _UNSEEN:
+        encoder = _encoder_for(cls)
+    if encoder is not None and type(encoder) is not tuple:
+        try:
+            return encoder.to_json(value).decode()
+        except ValueError:  # PydanticSerializationError: the generic path names it
+            return None
+    text = dumps(value)
+    if text is not NotImplemented:
+        return text
+    if depth >= 100:
+        return None  # deep or cyclic: the generic path tells which
+    if cls is list or cls is tuple:
+        parts = []
+        for item in value:
+            part = _value_text(item, dumps, depth + 1)
+            if part is None:
+                return None
+            parts.append(part)
+        return "[" + ",".join(parts) + "]"
+    if cls is dict:
+        items = value.items()
+    elif type(encoder) is tuple:
+        items = [(name, getattr(value, name)) for name in encoder]
+    else:
+        return None
+    fields = []
+    for key, item in items:
+        if type(key) is not str:
+            return None
+        key_text = dumps(key)
+        part = _value_text(item, dumps, depth + 1)
+        if key_text is NotImplemented or part is None:
+            return None
+        fields.append(key_text + ":" + part)
+    return "{" + ",".join(fields) + "}"
+
+
+def _payload_dict(exp: Experience) -> dict[str, Any]:
+    return {
+        "state": exp.state,
+        "actions": exp.actions,
+        "reward_t": exp.reward_t,
+        "adv_t": exp.adv_t,
+        "v_t": exp.v_t,
+        "messages": exp.messages,
+    }
+
+
+_PAYLOAD_TEMPLATE = "{" + ",".join(f'"{name}":%s' for name in PAYLOAD_FIELDS) + "}"
+
+
+def _payload_text(exp: Experience) -> str | None:
+    """The payload's JSON text written per type (see :func:`_value_text`), or None.
+
+    None also when the compiled kernels are missing: the generic path does everything.
+    """
+    dumps = _COPY[1] if _COPY else _jsondumps()
+    if dumps is None:
+        return None
+    text = _ENCODE[0](_payload_dict(exp), _ENCODERS)  # in one compiled call, classes known
+    if text is not NotImplemented:
+        return text
+    texts = []
+    for value in (exp.state, exp.actions, exp.reward_t, exp.adv_t, exp.v_t, exp.messages):
+        text = "null" if value is None else _value_text(value, dumps)
+        if text is None:
+            return None
+        texts.append(text)
+    return _PAYLOAD_TEMPLATE % tuple(texts)
+
+
 def to_json_value(value: Any, where: str = "value") -> Any:
     """Convert ``value`` to plain JSON data (dicts, lists, str, numbers, bools, None).
 
     Dataclasses become objects of their fields, pydantic models their
-    ``model_dump(mode="json")``, NumPy scalars/arrays their ``tolist()``,
-    tuples become lists; dict keys become strings, as in JSON.
+    ``model_dump(mode="json")`` (written by pydantic-core's own serialiser:
+    a non-finite float inside a model becomes ``None``, as in pydantic's JSON),
+    NumPy scalars/arrays their ``tolist()``, tuples become lists; dict keys
+    become strings, as in JSON.
 
     Raises:
         SchemaError: ``value`` holds something JSON cannot represent (named by ``where``),
             or a NaN/infinite float.
     """
+    dumps = _COPY[1] if _COPY else _jsondumps()
+    text = None if dumps is None else _value_text(value, dumps)
+    if text is not None:
+        return _loads(text)
     try:
         text = _dumps(value)
         _check_utf8(text)
@@ -432,6 +575,8 @@ def encode_records(data_batch: Any, where: str | None = None) -> list[tuple[Any,
                             "messages": exp.messages,
                         }
                     )
+                    if text is NotImplemented:  # models, dataclasses: their own serialisers
+                        text = _payload_text(exp) or NotImplemented
                     if text is not NotImplemented:
                         append(
                             (
@@ -512,6 +657,19 @@ def _resolve_jsoncopy() -> None:
         if kernel is None
         else [kernel.copy, kernel.dumps, kernel.copy_fields, kernel.untrack, kernel.copy_checked]
     )
+    # An extension built from an older source lacks these: the Python paths stand in.
+    _ENCODE[:] = [
+        getattr(kernel, "dumps_encoders", None) or _dumps_encoders_py,
+        getattr(kernel, "check_row", None),
+    ]
+
+
+def _dumps_encoders_py(value: Any, encoders: dict[type, Any]) -> Any:
+    return NotImplemented
+
+
+# [dumps_encoders (or a stand-in that always declines), check_row or None], with _COPY
+_ENCODE: list[Any] = [_dumps_encoders_py, None]
 
 
 def _jsoncopy() -> Any:
@@ -615,6 +773,11 @@ def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedR
     if text is not NotImplemented:  # plain JSON values: the compiled encoder's same text
         exp_copy = _experience_from_json(text) if decode else None
         return EncodedRow(_new_row(meta, exp_copy, row_id), text)  # type: ignore[arg-type]
+    if dumps is not None:  # models and dataclasses: each written by its own serialiser
+        text = _payload_text(exp)
+        if text is not None:
+            exp_copy = _experience_from_json(text) if decode else None
+            return EncodedRow(_new_row(meta, exp_copy, row_id), text)  # type: ignore[arg-type]
     try:
         text = _encode_payload(payload)
         if not text.isascii():

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import chain
 from typing import Any
 
-from replaystore.errors import SchemaError
+from replaystore.errors import ConfigError, SchemaError
 from replaystore.experience.query import (
     Condition,
     canonical_field,
@@ -23,11 +23,14 @@ from replaystore.experience.query import (
 )
 from replaystore.experience.rows import (
     _COPY,
+    _ENCODE,
     _META_SPEC,
+    META_FIELDS,
     PAYLOAD_FIELDS,
     DataRow,
     Experience,
     ExpMeta,
+    _check_row,
     _experience_from_json,
     _loads,
     _new_row,
@@ -77,6 +80,10 @@ class RowIndex:
         self.task_order: deque[tuple[str, int]] = deque()
         self.row_order: deque[int] = deque()
         self.index: dict[str, dict[Any, dict[str, dict[int, None]]]] = {f: {} for f in _INDEXED}
+        # The last insert's (task_id, agent_id, task_name, task seqs, agent index seqs,
+        # name index seqs): a row of the same task, agent and name (the next step of
+        # an episode) only appends to these. Dropped whenever a row is removed.
+        self._last: tuple[Any, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -87,6 +94,19 @@ class RowIndex:
         tid = meta.task_id
         self.rows[seq] = row
         self.ids[row.id] = seq
+        last = self._last
+        if (
+            last is not None
+            and last[0] == tid
+            and last[1] == meta.agent_id
+            and last[2] == meta.task_name
+        ):
+            last[3].append(seq)
+            last[4][seq] = None
+            last[5][seq] = None
+            if self.eviction == "row":
+                self.row_order.append(seq)
+            return
         seqs = self.tasks.get(tid)
         if seqs is None:
             seqs = self.tasks[tid] = deque()
@@ -101,23 +121,25 @@ class RowIndex:
         by_task = index["agent_id"].get(meta.agent_id)
         if by_task is None:
             by_task = index["agent_id"][meta.agent_id] = {}
-        task_seqs = by_task.get(tid)
-        if task_seqs is None:
-            task_seqs = by_task[tid] = {}
-        task_seqs[seq] = None
+        agent_seqs = by_task.get(tid)
+        if agent_seqs is None:
+            agent_seqs = by_task[tid] = {}
+        agent_seqs[seq] = None
         by_task = index["task_name"].get(meta.task_name)
         if by_task is None:
             by_task = index["task_name"][meta.task_name] = {}
-        task_seqs = by_task.get(tid)
-        if task_seqs is None:
-            task_seqs = by_task[tid] = {}
-        task_seqs[seq] = None
+        name_seqs = by_task.get(tid)
+        if name_seqs is None:
+            name_seqs = by_task[tid] = {}
+        name_seqs[seq] = None
+        self._last = (tid, meta.agent_id, meta.task_name, seqs, agent_seqs, name_seqs)
 
     def remove(self, seq: int) -> None:
         """Remove the row ``seq`` (no-op if absent). O(1) for the oldest row of its task."""
         row = self.rows.pop(seq, None)
         if row is None:
             return
+        self._last = None
         meta = row.exp_meta
         tid = meta.task_id
         del self.ids[row.id]
@@ -299,6 +321,30 @@ def _given_row(row: Any, normalised: DataRow, text: str | None) -> DataRow:
     return DataRow(normalised.exp_meta, row.exp_data, row.id)
 
 
+def _kept_row(row: Any, where: str) -> DataRow:
+    """The row a default (no-snapshot) store keeps for ``row``, after validating it.
+
+    The caller's own row when its metadata is an :class:`ExpMeta` whose values
+    already have the validated types and values (non-ASCII text, a subclass of
+    :class:`DataRow`); else a :class:`DataRow` of the validated metadata, the
+    row's ``exp_data`` (for a mapping, the one built from it) and its id.
+
+    Raises:
+        SchemaError: as :func:`~replaystore.experience.rows.encode_row`, for the
+            id and metadata (the payload is not checked).
+    """
+    row_id, meta, exp = _check_row(row, where)
+    if isinstance(row, DataRow) and type(row.exp_meta) is ExpMeta:
+        given = row.exp_meta
+        if all(
+            type(getattr(given, name)) is type(getattr(meta, name))
+            and getattr(given, name) == getattr(meta, name)
+            for name in META_FIELDS
+        ):
+            return row
+    return DataRow(meta, exp, row_id)
+
+
 def _encode(row: Any, where: str) -> tuple[DataRow, DataRow]:
     """``(snapshot, given)`` through the JSON encoding (rows :func:`snapshot_row` declines)."""
     encoded = encode_row(row, where, decode=False)
@@ -314,40 +360,75 @@ class InMemoryStorage(Storage):
         max_capacity: the most rows kept (default 10000, as AWorld); ``None`` for no limit.
         eviction: ``"task"`` (default) evicts whole oldest tasks, so a sampled task
             never misses its first steps; ``"row"`` evicts single oldest rows.
+        snapshot: ``False`` (default): keep the rows you store and run queries on
+            them, as AWorld's store does. ``True``: also take a JSON snapshot of
+            each row when it is stored and run queries on that, for code that
+            changes rows after storing them (see below).
 
     Rows come back as the very :class:`DataRow` objects you stored (``get_all()[0]
     is row``), with your ``Observation``/``ActionModel`` objects inside, as in
-    AWorld; no decoders are needed here. (A row given as a mapping comes back as
-    the :class:`DataRow` built from it.) Queries, however, run on a JSON snapshot
-    of each row taken when it was stored, exactly as the SQLite and multi-process
-    storages see it, so one condition selects the same rows in every storage:
-    change a stored object afterwards and reads show the change, queries do not.
-    Treat stored rows as read-only.
+    AWorld; no decoders are needed here. (A row given as a mapping, or whose
+    metadata needs converting, such as a mapping or a NumPy integer ``step``,
+    comes back as a :class:`DataRow` with the validated :class:`ExpMeta` and
+    your ``exp_data``.)
+
+    **Default (``snapshot=False``): what you store is what you query.** A row is
+    kept as given: its id and metadata are checked (and indexed) when it is
+    stored; its payload is neither copied nor encoded nor checked, so a payload
+    JSON cannot represent is accepted here (the SQLite store refuses it).
+    Queries read the stored objects through their JSON form: a condition on
+    ``exp_data.state.url`` reads a dict's ``"url"`` and a pydantic model's or a
+    dataclass's field exactly as the JSON-storing storages see it (a model or
+    dataclass on the path is converted as
+    :func:`~replaystore.experience.rows.to_json_value` does, when a query reads
+    it), so one condition selects the same rows in every storage. A query that
+    reads a value with no JSON form raises :class:`~replaystore.errors.SchemaError`
+    naming the row. **Do not change a row after storing it**: a change to its
+    payload shows in later queries, and a change to its ``exp_meta`` leaves the
+    task/agent/name indexes (made at store time) out of step with it. If your
+    code reuses or mutates row objects, use ``snapshot=True``.
+
+    **``snapshot=True``:** every row is also validated and snapshotted as JSON
+    when stored (a payload JSON cannot represent raises :class:`SchemaError`),
+    and queries run on that snapshot, exactly as the SQLite and multi-process
+    storages see the row: change a stored object afterwards and reads show the
+    change, queries do not. A payload of plain JSON values is copied by the
+    compiled ``replaystore._jsoncopy`` (about 0.5 us for a few hundred bytes);
+    models and dataclasses are encoded (a pydantic model by pydantic-core's own
+    serialiser, about 1 us each) and parsed the first time a query reads a
+    payload field.
 
     Cost: ``add`` is O(1) amortised (AWorld's recounts the whole store on every
-    add): the metadata checks, the snapshot of the payload and the index upkeep.
-    A payload of plain JSON values (dicts with str keys, lists, tuples, str,
-    64-bit ints, finite floats, bools, None) is snapshotted by the compiled
-    ``replaystore._jsoncopy`` as a deep copy equal to its JSON round trip
-    (about 0.5 us for a few hundred bytes; strings and numbers are shared, as
-    they are immutable). Any other payload (models, dataclasses, NumPy values,
-    non-str keys), or a missing extension, takes the JSON path: one encoding
-    (the validation and the snapshot, as text; 2-4 us), parsed the first time
-    a query reads a payload field (``exp_data...``); queries on ``exp_meta``
-    fields never parse it. Both paths accept and refuse the same rows and give
-    queries the same values. ``size()`` is O(1); a query with ``eq``/``in_`` on
+    add). Default mode: one compiled check of the id and metadata types and the
+    index upkeep, well under 1 us a row whatever the payload; ``snapshot=True``
+    adds the snapshot. ``size()`` is O(1); a query with ``eq``/``in_`` on
     ``exp_meta.task_id``, ``agent_id`` or ``task_name`` touches only the
-    matching rows, any other query scans every row once. Memory: your rows plus
-    their snapshot (the copied containers, or the JSON text and its parsed form
-    once a payload query has read it). Thread-safe (one lock around every call).
+    matching rows, any other query scans every row once (a condition on a field
+    of a pydantic payload converts that payload for each row it reads: a few us).
+    Memory: your rows and the indexes (``snapshot=True``: plus the snapshots).
+    Thread-safe (one lock around every call).
+
+    Raises:
+        ConfigError: a bad ``max_capacity``, ``eviction`` or ``snapshot``.
     """
 
-    def __init__(self, max_capacity: int | None = 10000, *, eviction: Eviction = "task") -> None:
+    def __init__(
+        self,
+        max_capacity: int | None = 10000,
+        *,
+        eviction: Eviction = "task",
+        snapshot: bool = False,
+    ) -> None:
         cap, mode = check_capacity(max_capacity, eviction)
+        if not isinstance(snapshot, bool):
+            raise ConfigError(f"snapshot must be True or False, got {snapshot!r}")
+        self._snapshot = snapshot
         self._index = RowIndex(cap, mode)
-        self._given: dict[int, DataRow] = {}  # seq -> the row object the caller stored
+        # snapshot=True: seq -> the row object the caller stored (the index holds
+        # the snapshots); otherwise the index holds the caller's rows themselves.
+        self._given: dict[int, DataRow] = {}
         self._next_seq = 0
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
 
     @property
     def max_capacity(self) -> int | None:
@@ -359,7 +440,73 @@ class InMemoryStorage(Storage):
         """``"task"`` or ``"row"``."""
         return self._index.eviction
 
+    @property
+    def snapshot(self) -> bool:
+        """Whether queries run on JSON snapshots taken at store time (see the class docs)."""
+        return self._snapshot
+
+    def _stored(self) -> dict[int, DataRow]:
+        """seq -> the row reads return."""
+        return self._given if self._snapshot else self._index.rows
+
     def add(self, data: DataRow) -> None:
+        if self._snapshot:
+            self._add_snapshot(data)
+            return
+        # The common case (a DataRow of the exact types with exactly typed ASCII
+        # metadata) is one compiled check; anything else is validated and, where
+        # its metadata needs converting, rebuilt around the caller's exp_data.
+        check = _ENCODE[1]
+        if check is None or not check(data, DataRow, ExpMeta, Experience, _META_SPEC):
+            data = _kept_row(data, "data")
+        with self._lock:
+            index = self._index
+            if data.id in index.ids:
+                raise SchemaError(f"row id {data.id!r} is already stored")
+            seq = self._next_seq
+            index.insert(seq, data)
+            self._next_seq = seq + 1
+            if index.max_capacity is not None and len(index.rows) > index.max_capacity:
+                index.enforce_capacity()
+
+    def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
+        if self._snapshot:
+            self._add_batch_snapshot(data_batch, _where=_where)
+            return
+        batch: Any = data_batch
+        if isinstance(batch, Iterable) and not isinstance(batch, Mapping):
+            batch = list(batch)  # read once: validated, then kept
+        if batch is None or isinstance(batch, DataRow | Mapping):
+            encode_batch(batch, _where)  # raises the error that names it
+        check = _ENCODE[1]
+        if check is None:
+            ok = [False] * len(batch)
+        else:
+            ok = [check(row, DataRow, ExpMeta, Experience, _META_SPEC) for row in batch]
+        if not all(ok):
+            batch = [
+                row if good else _kept_row(row, _where or f"data_batch[{i}]")
+                for i, (row, good) in enumerate(zip(batch, ok, strict=True))
+            ]
+        with self._lock:
+            index = self._index
+            ids = index.ids
+            new_ids = [row.id for row in batch]
+            if not ids.keys().isdisjoint(new_ids) or len(set(new_ids)) < len(new_ids):
+                seen: set[str] = set()
+                for row_id in new_ids:  # name the first one
+                    if row_id in ids or row_id in seen:
+                        raise SchemaError(f"row id {row_id!r} is already stored")
+                    seen.add(row_id)
+            seq = self._next_seq
+            insert = index.insert
+            for row in batch:
+                insert(seq, row)
+                seq += 1
+            self._next_seq = seq
+            index.enforce_capacity()
+
+    def _add_snapshot(self, data: DataRow) -> None:
         # add_batch([data]) without the list machinery: the common call, kept short.
         # First snapshot_row's common case inlined (a valid DataRow of the exact
         # types, plain JSON payload, compiled kernels loaded): the same compiled
@@ -407,7 +554,7 @@ class InMemoryStorage(Storage):
                 for old in index.enforce_capacity():
                     del self._given[old]
 
-    def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
+    def _add_batch_snapshot(self, data_batch: Sequence[DataRow], *, _where: str | None) -> None:
         batch: Any = data_batch
         if isinstance(batch, Iterable) and not isinstance(batch, Mapping):
             batch = list(batch)  # read once: validated, then kept
@@ -465,13 +612,13 @@ class InMemoryStorage(Storage):
         page, page_size = check_page(page, page_size)
         with self._lock:
             seqs = self._index.match(query_condition)
-            rows = self._given
+            rows = self._stored()
             start = (page - 1) * page_size
             return [rows[s] for s in seqs[start : start + page_size]]
 
     def get_all(self, query_condition: Condition | None = None) -> list[DataRow]:
         with self._lock:
-            rows = self._given
+            rows = self._stored()
             if query_condition is None:
                 return list(rows.values())
             return [rows[s] for s in self._index.match(query_condition)]
@@ -485,7 +632,7 @@ class InMemoryStorage(Storage):
             return {tid: self._task_rows(tid) for tid in task_ids}
 
     def _task_rows(self, task_id: str) -> list[DataRow]:
-        rows = self._given
+        rows = self._stored()
         return [rows[s] for s in self._index.tasks.get(task_id, ())]
 
     def clear(self) -> None:
@@ -503,5 +650,5 @@ class InMemoryStorage(Storage):
         k = check_count(batch_size)
         with self._lock:
             seqs = self._index.match(query_condition)
-            rows = self._given
+            rows = self._stored()
             return [rows[seqs[i]] for i in choose(len(seqs), k, rng)]
