@@ -153,7 +153,17 @@ EXPORTS: dict[str, list[str]] = {
         "trajectory_from_dicts",
         "trajectory_to_dicts",
     ],
-    "replaystore.transitions": ["FieldSpec", "ReplayBuffer", "TransitionBuffer"],
+    "replaystore.transitions": [
+        "Draw",
+        "FieldSpec",
+        "PrioritizedSampler",
+        "ReplayBuffer",
+        "RingState",
+        "Sampler",
+        "SliceSampler",
+        "TransitionBuffer",
+        "UniformSampler",
+    ],
     "replaystore.view": [
         "DEFAULT_HOST",
         "DEFAULT_PORT",

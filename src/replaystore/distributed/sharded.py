@@ -120,19 +120,18 @@ class ShardHost:
 
     def stats(self) -> tuple[int, float, float]:
         size = int(self.buf.size)
-        prio = self.buf._prio
-        if prio is None or size == 0:
+        if self.buf.sampler != "prioritized" or size == 0:
             return size, float(size), 1.0
-        prio.apply_pending()
-        return size, prio.tree.total, prio.tree.min
+        total, minimum = self.buf.priority_stats()
+        return size, total, minimum
 
     def sample(self, k: int) -> tuple[dict[str, np.ndarray], np.ndarray | None, np.ndarray | None]:
         td = self.buf.sample_batch(k)
         fields = {key: td[key].numpy() for key in self.buf.fields or {}}
-        if self.buf._prio is None:
+        if self.buf.sampler != "prioritized":
             return fields, None, None
         idx = td["index"].numpy()
-        return fields, idx, self.buf._prio.tree[idx]
+        return fields, idx, self.buf.priorities_at(idx)
 
     def stats_and_sample(self, k: int) -> tuple[tuple[int, float, float], Any]:
         """Statistics and ``k`` draws taken at the same instant (one round trip)."""

@@ -5,16 +5,36 @@ the same class. See :class:`~replaystore.transitions.buffer.ReplayBuffer`.
 
 Modules: ``schema`` (columns and validation), ``storage`` (where the columns
 live: RAM / memmap / CUDA), ``writer`` (where new items go: the ring cursor and
-the checked copy of adds), ``sampler`` (which items are picked: random draws,
-epochs, gathers), ``prioritized`` (proportional priorities over a SumTree),
-``checkpoint`` (atomic save/load), ``buffer`` (the composition and its API).
+the checked copy of adds), ``sampler`` (which items are picked: the ``Sampler``
+protocol, uniform and prioritized samplers, random draws, epochs, gathers),
+``slices`` (``SliceSampler``: slices of consecutive steps within episodes),
+``prioritized`` (proportional priorities over a SumTree), ``checkpoint``
+(atomic save/load), ``buffer`` (the composition and its API).
 """
 
 from __future__ import annotations
 
 from replaystore.transitions.buffer import ReplayBuffer
+from replaystore.transitions.sampler import (
+    Draw,
+    PrioritizedSampler,
+    RingState,
+    Sampler,
+    UniformSampler,
+)
 from replaystore.transitions.schema import FieldSpec
+from replaystore.transitions.slices import SliceSampler
 
 TransitionBuffer = ReplayBuffer
 
-__all__ = ["FieldSpec", "ReplayBuffer", "TransitionBuffer"]
+__all__ = [
+    "Draw",
+    "FieldSpec",
+    "PrioritizedSampler",
+    "ReplayBuffer",
+    "RingState",
+    "Sampler",
+    "SliceSampler",
+    "TransitionBuffer",
+    "UniformSampler",
+]

@@ -68,14 +68,24 @@ from replaystore.transitions.checkpoint import (
     read_objectrl_metadata,
     write_checkpoint,
 )
-from replaystore.transitions.prioritized import PriorityIndex, as_index_array, check_stored
+from replaystore.transitions.prioritized import (
+    NewRowListener,
+    as_index_array,
+    check_priority_update,
+    check_stored,
+)
 from replaystore.transitions.sampler import (
     EpochIterator,
     EpochSchedule,
+    PrioritizedSampler,
+    Sampler,
     TransitionSampler,
+    UniformSampler,
+    no_priorities,
     require_items,
 )
 from replaystore.transitions.schema import FieldSpec
+from replaystore.transitions.slices import SliceSampler
 from replaystore.transitions.storage import (
     MemmapState,
     MemmapStorage,
@@ -90,7 +100,52 @@ __all__ = ["ReplayBuffer"]
 logger = logging.getLogger(__name__)
 
 Indices = Sequence[int] | torch.Tensor | range | np.ndarray
-_RESERVED = ("index", "weight")
+_RESERVED = ("index", "weight", "mask")
+_BUILT_IN_SAMPLERS = (UniformSampler, PrioritizedSampler, SliceSampler)
+_SAMPLER_KINDS = tuple(cls.kind for cls in _BUILT_IN_SAMPLERS)
+PriorityHolder = PrioritizedSampler | SliceSampler
+
+
+def _sampler_object(sampler: object, alpha: float, beta: float, eps: float) -> Sampler:
+    """The sampler ``ReplayBuffer(sampler=...)`` names: a string's built-in, or the object."""
+    if isinstance(sampler, str):
+        check_choice(sampler, "sampler", ("uniform", "prioritized"))
+        if sampler == "uniform":
+            # Kept (not checked) as before: only a prioritized sampler uses them.
+            return UniformSampler()
+        return PrioritizedSampler(alpha, beta, eps)
+    if not isinstance(sampler, Sampler):
+        raise ArgumentError(
+            "sampler must be 'uniform', 'prioritized' or a Sampler object (reset, on_write, "
+            f"sample, update_priorities), got {sampler!r}"
+        )
+    return sampler
+
+
+class _ForwardWrites:
+    """Tells a user's sampler of the rows the writer wrote (the writer's listener)."""
+
+    __slots__ = ("_sampler",)
+
+    def __init__(self, sampler: Sampler) -> None:
+        self._sampler = sampler
+
+    def mark_new(self, position: int) -> None:
+        self._sampler.on_write(position, 1)
+
+    def mark_new_range(self, start: int, count: int) -> None:
+        self._sampler.on_write(start, count)
+
+
+def _row_listener(policy: Sampler) -> NewRowListener | None:
+    """What the writer tells of new rows: nothing, a priority index, or the sampler."""
+    if type(policy) is UniformSampler:
+        return None
+    if type(policy) is PrioritizedSampler:
+        return policy.index  # the cheapest path: one list append per add
+    if type(policy) is SliceSampler:
+        return policy
+    return _ForwardWrites(policy)
 
 
 class TransitionCount(int):
@@ -122,11 +177,18 @@ class ReplayBuffer:
             ``cuda`` keeps them on the GPU, so sampling never crosses the bus.
         buffer_size: capacity in transitions; the oldest are overwritten first.
         print_gc_warning: log a warning when :meth:`reset` runs the garbage collector.
-        sampler: ``"uniform"`` (with replacement) or ``"prioritized"``
-            (proportional, with importance weights).
-        alpha: priority exponent (prioritized): stored priority ``(|p| + eps) ** alpha``.
-        beta: importance-weight exponent (prioritized); settable as ``buf.beta``.
-        eps: added to ``|p|`` so no item has probability 0 (prioritized).
+        sampler: which stored items a sample holds: ``"uniform"`` (with
+            replacement, :class:`~.sampler.UniformSampler`), ``"prioritized"``
+            (proportional, with importance weights: ``PrioritizedSampler(alpha,
+            beta, eps)``), or a sampler object: :class:`~.sampler.UniformSampler`,
+            :class:`~.sampler.PrioritizedSampler`, :class:`~.slices.SliceSampler`
+            (slices of consecutive steps within episodes) or a user's own
+            :class:`~.sampler.Sampler`. One object serves one buffer.
+        alpha: priority exponent of ``sampler="prioritized"``: stored priority
+            ``(|p| + eps) ** alpha`` (a sampler object carries its own).
+        beta: importance-weight exponent of ``sampler="prioritized"``; settable as
+            ``buf.beta`` (which also sets a sampler object's).
+        eps: added to ``|p|`` so no item has probability 0 (``sampler="prioritized"``).
         path: directory of the memory-mapped columns. If it already holds a
             buffer (``buffer.json``), that buffer is reopened with everything
             flushed before; without ``path`` a private temporary directory is
@@ -158,7 +220,7 @@ class ReplayBuffer:
         buffer_size: int,
         print_gc_warning: bool = False,
         *,
-        sampler: Literal["uniform", "prioritized"] = "uniform",
+        sampler: Literal["uniform", "prioritized"] | Sampler = "uniform",
         alpha: float = 0.6,
         beta: float = 0.4,
         eps: float = 1e-6,
@@ -180,12 +242,10 @@ class ReplayBuffer:
         self._kind = "memmap" if on_cpu and storage in ("auto", "memmap") else "memory"
         if path is not None and self._kind != "memmap":
             raise ArgumentError("path= names the memory-map directory; it needs memmap storage")
-        self._sampler_kind = check_choice(sampler, "sampler", ("uniform", "prioritized"))
-        prioritized = sampler == "prioritized"
+        policy = _sampler_object(sampler, alpha, beta, eps)
         kernel = resolve_add_kernel(add_backend)
-        # Checked by PriorityIndex when prioritized; a uniform buffer only keeps them.
-        self._alpha, self._beta, self._eps = float(alpha), float(beta), float(eps)
-        priorities = self._new_priorities() if prioritized else None
+        # A uniform buffer keeps beta (settable) though it never uses it.
+        self._beta = float(getattr(policy, "beta", beta))
         # Every argument is checked: only now is anything created on disk.
         self._path = ensure_directory(path) if path is not None else None
         self._tmpdir: TemporaryDirectory | None = None
@@ -195,11 +255,10 @@ class ReplayBuffer:
         self._storage: TensorStorage | MemmapStorage | None = None
         self._fields: dict[str, FieldSpec] | None = None
         self._sampler = TransitionSampler(self.storing_device, self.device, seed)
-        self._writer = RingWriter(
-            self._capacity, kernel, self._create, _RESERVED if prioritized else ()
-        )
-        self._prio: PriorityIndex | None = None
-        self._set_priorities(priorities)
+        reserved = () if type(policy) is UniformSampler else _RESERVED
+        self._writer = RingWriter(self._capacity, kernel, self._create, reserved)
+        self._policy = policy
+        self._adopt(policy)
         # The epochs get_next_batch draws from (None: it samples at random).
         self._epochs: EpochSchedule | None = None
         if self._path is not None:
@@ -207,14 +266,30 @@ class ReplayBuffer:
 
     # ----------------------------------------------------------------- state
 
-    def _new_priorities(self) -> PriorityIndex:
-        return PriorityIndex(self._capacity, self._alpha, self._beta, self._eps)
+    def _adopt(self, policy: Sampler) -> None:
+        """Make ``policy`` the sampler, reset to the capacity; the writer tells it of new rows."""
+        policy.reset(self._capacity)
+        self._policy = policy
+        self._sampler.policy = policy
+        self._writer.priorities = _row_listener(policy)
 
-    def _set_priorities(self, priorities: PriorityIndex | None) -> None:
-        """Install a (new) priority index: the writer marks new rows, the sampler draws."""
-        self._prio = priorities
-        self._writer.priorities = priorities
-        self._sampler.priorities = priorities
+    def _rows_replaced(self) -> None:
+        """The stored rows were replaced without the writer (load, reopen): the sampler
+        starts over and is told of every stored row, oldest first."""
+        self._adopt(self._policy)
+        size = self._writer.size
+        if size:
+            oldest = self._writer.pointer if size == self._capacity else 0
+            self._policy.on_write(oldest, size)
+
+    def _priority_holder(self) -> PriorityHolder | None:
+        """The sampler when it is a built-in one that keeps priorities, else None."""
+        policy = self._policy
+        if type(policy) is PrioritizedSampler:
+            return policy
+        if type(policy) is SliceSampler and policy.prioritized:
+            return policy
+        return None
 
     @property
     def buffer_size(self) -> int:
@@ -267,8 +342,14 @@ class ReplayBuffer:
 
     @property
     def sampler(self) -> str:
-        """``"uniform"`` or ``"prioritized"``."""
-        return self._sampler_kind
+        """The sampler's kind: ``"uniform"``, ``"prioritized"``, ``"slice"``, or the class
+        name of a user's own sampler (the object: :attr:`sampler_object`)."""
+        return str(getattr(self._policy, "kind", type(self._policy).__name__))
+
+    @property
+    def sampler_object(self) -> Sampler:
+        """The :class:`~.sampler.Sampler` that draws the samples (a string names a built-in)."""
+        return self._policy
 
     @property
     def beta(self) -> float:
@@ -280,14 +361,14 @@ class ReplayBuffer:
         beta = check_number(value, "beta", minimum=0)
         with self._lock:
             self._beta = beta
-            if self._prio is not None:
-                self._prio.beta = beta
+            if hasattr(self._policy, "beta"):
+                self._policy.beta = beta
 
     def __repr__(self) -> str:
         return (
             f"ReplayBuffer(size={self._writer.size}/{self._capacity}, storage={self._kind}, "
             f"storing_device={self.storing_device}, device={self.device}, "
-            f"sampler={self._sampler_kind!r})"
+            f"sampler={self.sampler!r})"
         )
 
     # --------------------------------------------------------------- storage
@@ -336,24 +417,26 @@ class ReplayBuffer:
         size, ptr = int(meta["size"]), int(meta["pointer"])
         if not (0 <= size <= self._capacity and 0 <= ptr < self._capacity):
             raise CheckpointError(f"{directory}: inconsistent size {size} / pointer {ptr}")
-        if self._prio is not None:
-            pri = meta.get("priorities")
-            if pri is not None:
-                values = MemmapStorage.read_priorities(directory, self._capacity)[:size]
-                self._prio.restore(values, float(pri["max_priority"]))
-            else:
-                self._prio.restore(np.ones(size), 1.0)
+        holder = self._priority_holder()
+        pri = meta.get("priorities")
+        values = None
+        if holder is not None and pri is not None:
+            values = MemmapStorage.read_priorities(directory, self._capacity)[:size]
         self._install(storage)
         self._writer.reset_cursor(size, ptr)
+        self._rows_replaced()  # new rows get priority 1 where none were flushed
+        if holder is not None and values is not None and pri is not None:
+            holder.restore_priorities(values, float(pri["max_priority"]))
         logger.info("reopened %d transitions from %s", size, directory)
 
     def _memmap_state(self) -> MemmapState:
         size, ptr = self._writer.size, self._writer.pointer
-        if self._prio is None:
+        holder = self._priority_holder()
+        if holder is None:
             return MemmapState(size, ptr)
         values = np.zeros(self._capacity)
-        values[:size] = self._prio.values(size)
-        return MemmapState(size, ptr, values, self._prio.max_priority)
+        values[:size] = holder.stored_priorities(size)
+        return MemmapState(size, ptr, values, holder.max_priority)
 
     def flush(self) -> None:
         """Make everything added so far durable in the memmap directory.
@@ -404,8 +487,7 @@ class ReplayBuffer:
         self._writer.capacity = self._capacity
         self._writer.reset_cursor()
         self._epochs = None
-        if self._prio is not None:
-            self._set_priorities(self._new_priorities())
+        self._adopt(self._policy)
 
     def reset(self, buffer_size: int | None = None) -> None:
         """Remove every transition and the schema, optionally changing the capacity.
@@ -500,7 +582,8 @@ class ReplayBuffer:
         if n is None:
             n = check_int(batch_size, "batch_size", minimum=1)
         with self._lock:
-            return self._sampler.sample(n, self._writer.size)
+            w = self._writer
+            return self._sampler.sample(n, w.size, w.pointer, self._capacity)
 
     def sample_random(self, batch_size: int) -> TensorDict:
         """Alias of :meth:`sample_batch`."""
@@ -597,31 +680,87 @@ class ReplayBuffer:
         Validation happens before anything changes.
 
         Args:
-            indices: storage positions, e.g. a sample's ``index`` entry.
-            priorities: one finite, non-negative value per index.
+            indices: storage positions, e.g. a sample's ``index`` entry: flat
+                (``[B]``), or a slice sample's ``[S, L]`` (its -1 padding
+                entries are skipped).
+            priorities: one finite, non-negative value per index, the same
+                shape (``[S, L]`` for a slice sample: each step its own).
 
         Raises:
-            PriorityError: a uniform buffer, lengths differ, or a NaN, infinite
-                or negative priority (the message names the index).
+            PriorityError: a sampler without priorities (uniform), counts
+                differ, or a NaN, infinite or negative priority (the message
+                names the index).
             BufferIndexError: an index is not a stored position.
 
         Note: an item overwritten between sampling and the update gets the
         priority meant for its predecessor (as in every ring-buffer PER).
         """
         with self._lock:
-            if self._prio is None:
-                raise PriorityError(
-                    "update_priorities needs a buffer created with sampler='prioritized'"
-                )
-            idx, stored = self._prio.check_update(indices, priorities, self._writer.size)
-            self._prio.update(idx, stored)
+            policy = self._policy
+            if type(policy) is UniformSampler or (
+                type(policy) is SliceSampler and not policy.prioritized
+            ):
+                raise no_priorities("update_priorities")
+            idx, raw = check_priority_update(indices, priorities, self._writer.size)
+            policy.update_priorities(idx, raw)
+
+    def _priority_reader(self, what: str) -> PriorityHolder:
+        holder = self._priority_holder()
+        if holder is None:
+            raise no_priorities(what)
+        return holder
 
     def priorities(self) -> np.ndarray:
-        """Stored priorities ``(|p| + eps) ** alpha`` of positions ``0..size-1`` (a copy)."""
+        """Stored priorities ``(|p| + eps) ** alpha`` of positions ``0..size-1`` (a copy).
+
+        Raises:
+            PriorityError: the sampler keeps no priorities (uniform, a user's own).
+        """
         with self._lock:
-            if self._prio is None:
-                raise PriorityError("a uniform buffer has no priorities")
-            return self._prio.values(self._writer.size)
+            return self._priority_reader("priorities").stored_priorities(self._writer.size)
+
+    def priorities_at(self, indices: Indices) -> np.ndarray:
+        """Stored priorities ``(|p| + eps) ** alpha`` of the items at storage positions ``indices``.
+
+        Args:
+            indices: storage positions (any shape: a sample's ``[B]`` or ``[S, L]``
+                ``index``; repeats allowed).
+
+        Returns:
+            float64 array of the shape of ``indices`` (a copy). For a
+            :class:`~.slices.SliceSampler` these are the step priorities (a
+            slice's priority is computed from them).
+
+        Raises:
+            PriorityError: the sampler keeps no priorities (uniform, a user's own).
+            BufferIndexError: an index is not a stored position.
+        """
+        shape = np.shape(indices.detach().cpu() if isinstance(indices, torch.Tensor) else indices)
+        with self._lock:
+            holder = self._priority_reader("priorities_at")
+            idx = as_index_array(indices)
+            check_stored(idx, self._writer.size)
+            return holder.priorities_at(idx).reshape(shape)
+
+    def priority_stats(self) -> tuple[float, float]:
+        """``(sum, min)`` of the stored priorities of the stored items.
+
+        The normalisers of proportional sampling: item i is drawn with
+        probability ``p_i / sum``, and its importance weight is
+        ``(p_i / min) ** -beta``. O(1) for :class:`~.sampler.PrioritizedSampler`
+        (read off its sum tree); O(size) for a prioritized slice sampler.
+
+        Raises:
+            PriorityError: the sampler keeps no priorities.
+            EmptyBufferError: nothing is stored.
+        """
+        with self._lock:
+            holder = self._priority_reader("priority_stats")
+            require_items(self._writer.size)
+            if type(holder) is PrioritizedSampler:
+                return holder.total_and_min()
+            values = holder.stored_priorities(self._writer.size)
+            return float(values.sum()), float(values.min())
 
     # ---------------------------------------------------------------- epochs
 
@@ -737,16 +876,16 @@ class ReplayBuffer:
     def _snapshot(self) -> Snapshot:
         assert self._storage is not None
         size = self._writer.size
-        sampler: dict[str, Any] = {"kind": self._sampler_kind}
+        policy = self._policy
+        if type(policy) in _BUILT_IN_SAMPLERS:
+            sampler: dict[str, Any] = policy.settings()  # type: ignore[attr-defined]
+        else:  # recorded so that a load can say what it cannot restore
+            sampler = {"kind": "user", "class": f"{type(policy).__module__}.{type(policy).__qualname__}"}
         priorities = None
-        if self._prio is not None:
-            sampler.update(
-                alpha=self._alpha,
-                beta=self._beta,
-                eps=self._eps,
-                max_priority=self._prio.max_priority,
-            )
-            priorities = self._prio.values(size)
+        holder = self._priority_holder()
+        if holder is not None:
+            sampler["max_priority"] = holder.max_priority
+            priorities = holder.stored_priorities(size)
         torch_rng, numpy_rng = self._sampler.rng_state()
         return Snapshot(
             capacity=self._capacity,
@@ -807,8 +946,12 @@ class ReplayBuffer:
                 return
             self._writer.reset_cursor(meta.data_size, meta.pointer)
             self._epochs = None
-            if self._prio is not None:
-                self._prio.restore(self._prio.values(meta.data_size), self._prio.max_priority)
+            holder = self._priority_holder()
+            kept = None if holder is None else holder.stored_priorities(meta.data_size)
+            top = 1.0 if holder is None else holder.max_priority
+            self._rows_replaced()
+            if holder is not None and kept is not None:
+                holder.restore_priorities(kept, top)
             if isinstance(self._storage, MemmapStorage):
                 self._storage.flush(self._memmap_state())
 
@@ -846,8 +989,22 @@ class ReplayBuffer:
                 f"checkpoint {path} has buffer_size {snap.capacity} but this buffer has "
                 f"{self._capacity}; call reset(buffer_size={snap.capacity}) before load"
             )
-        if self._prio is not None and snap.sampler.get("kind") == "prioritized":
-            for name, mine in (("alpha", self._alpha), ("eps", self._eps)):
+        kind = snap.sampler.get("kind")
+        if kind not in _SAMPLER_KINDS:
+            what = snap.sampler.get("class", kind)
+            raise CheckpointError(
+                f"checkpoint {path} was saved with a sampler replaystore does not know "
+                f"({what!r}; it knows {', '.join(_SAMPLER_KINDS)}): its state cannot be restored"
+            )
+        if type(self._policy) not in _BUILT_IN_SAMPLERS:
+            raise CheckpointError(
+                f"this buffer's sampler {type(self._policy).__qualname__} is not a built-in one: "
+                f"a checkpoint cannot restore its state (use one of "
+                f"{', '.join(c.__name__ for c in _BUILT_IN_SAMPLERS)}, or a sampler string)"
+            )
+        holder = self._priority_holder()
+        if holder is not None and snap.priorities is not None:
+            for name, mine in (("alpha", holder.alpha), ("eps", holder.eps)):
                 if float(snap.sampler[name]) != mine:
                     raise CheckpointError(
                         f"checkpoint {path} was saved with {name}={snap.sampler[name]}, "
@@ -875,13 +1032,11 @@ class ReplayBuffer:
             self._writer.reset_cursor(snap.size, snap.pointer)
             self._epochs = None
             self._sampler.set_rng_state(rng)
-            if self._prio is not None:
-                if snap.priorities is not None:
-                    self._beta = float(snap.sampler.get("beta", self._beta))
-                    self._prio.beta = self._beta
-                    self._prio.restore(snap.priorities, float(snap.sampler["max_priority"]))
-                else:
-                    self._prio.restore(np.ones(snap.size), 1.0)
+            self._rows_replaced()  # without saved priorities every item gets 1
+            if holder is not None and snap.priorities is not None:
+                self._beta = float(snap.sampler.get("beta", self._beta))
+                holder.beta = self._beta
+                holder.restore_priorities(snap.priorities, float(snap.sampler["max_priority"]))
             if isinstance(storage, MemmapStorage):
                 storage.flush(self._memmap_state())
                 storage.remove_other_generations()

@@ -16,6 +16,8 @@ is exact because the value they get (the running maximum) only changes in
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 import torch
 from numpy.typing import NDArray
@@ -23,7 +25,23 @@ from numpy.typing import NDArray
 from replaystore.errors import BufferIndexError, PriorityError, check_number
 from replaystore.sampling import SumTree
 
-__all__ = ["PriorityIndex", "as_index_array"]
+__all__ = [
+    "NewRowListener",
+    "PriorityIndex",
+    "as_index_array",
+    "check_priority_update",
+    "stored_priorities",
+]
+
+
+class NewRowListener(Protocol):
+    """What the ring writer tells of every row it wrote (a priority index, a slice sampler)."""
+
+    def mark_new(self, position: int) -> None:
+        """Row ``position`` now holds a new, complete transition."""
+
+    def mark_new_range(self, start: int, count: int) -> None:
+        """Rows ``start .. start + count - 1`` (modulo the capacity) do."""
 
 
 def as_index_array(indices: object) -> NDArray[np.int64]:
@@ -56,6 +74,56 @@ def check_stored(idx: NDArray[np.int64], size: int) -> None:
             if size
             else f"index {bad} is out of range: the buffer is empty"
         )
+
+
+def check_priority_update(
+    indices: object, priorities: object, size: int
+) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """Validate an update of priorities; returns (positions, raw priorities), both 1-D.
+
+    ``indices`` may have any shape (a sample's ``[B]`` or ``[S, L]`` ``index``);
+    ``priorities`` must have as many values, and they are matched in
+    row-major order. A 2-D ``indices`` may hold -1 (the padding of
+    ``SliceSampler(strict=False)``): those entries and their priorities are
+    skipped. The raw priorities are a fresh array (the caller's is never
+    modified).
+
+    Raises:
+        BufferIndexError: an index is not an integer in ``[0, size)``.
+        PriorityError: the counts differ, or a value is NaN, infinite or negative
+            (the message names the index).
+    """
+    two_d = getattr(indices, "ndim", None) == 2 or (
+        isinstance(indices, list | tuple) and bool(indices) and isinstance(indices[0], list | tuple)
+    )
+    idx = as_index_array(indices)
+    if isinstance(priorities, torch.Tensor):
+        priorities = priorities.detach().cpu().numpy()
+    try:
+        raw = np.array(priorities, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise PriorityError(f"priorities must be numbers: {exc}") from exc
+    if raw.shape != idx.shape:
+        raise PriorityError(f"got {idx.size} indices but {raw.size} priorities")
+    if two_d:
+        real = idx != -1
+        if not real.all():
+            idx, raw = idx[real], raw[real]
+    check_stored(idx, size)
+    # Two reductions decide (a NaN makes both NaN, which fails the test); the
+    # elementwise pass only runs to name the offending index.
+    if raw.size and not (raw.min() >= 0 and raw.max() < np.inf):
+        ok = (raw >= 0) & (raw < np.inf)  # False for NaN, inf and negatives
+        i = int(np.flatnonzero(~ok)[0])
+        need = "must be >= 0" if raw[i] < 0 else "must be finite"
+        raise PriorityError(f"priority for index {int(idx[i])} is {raw[i]} ({need})")
+    return idx, raw
+
+
+def stored_priorities(raw: NDArray[np.float64], alpha: float, eps: float) -> NDArray[np.float64]:
+    """``(raw + eps) ** alpha`` for validated, non-negative ``raw`` (modified in place)."""
+    raw += eps
+    return raw if alpha == 1.0 else raw**alpha
 
 
 class PriorityIndex:
@@ -131,26 +199,8 @@ class PriorityIndex:
             BufferIndexError: an index is not an integer in ``[0, size)``.
             PriorityError: lengths differ, or a value is NaN, infinite or negative.
         """
-        idx = as_index_array(indices)
-        if isinstance(priorities, torch.Tensor):
-            priorities = priorities.detach().cpu().numpy()
-        try:
-            # A copy: the caller's array is never modified.
-            raw = np.array(priorities, dtype=np.float64).reshape(-1)
-        except (TypeError, ValueError) as exc:
-            raise PriorityError(f"priorities must be numbers: {exc}") from exc
-        if raw.shape != idx.shape:
-            raise PriorityError(f"got {idx.size} indices but {raw.size} priorities")
-        check_stored(idx, size)
-        # Two reductions decide (a NaN makes both NaN, which fails the test); the
-        # elementwise pass only runs to name the offending index.
-        if raw.size and not (raw.min() >= 0 and raw.max() < np.inf):
-            ok = (raw >= 0) & (raw < np.inf)  # False for NaN, inf and negatives
-            i = int(np.flatnonzero(~ok)[0])
-            need = "must be >= 0" if raw[i] < 0 else "must be finite"
-            raise PriorityError(f"priority for index {int(idx[i])} is {raw[i]} ({need})")
-        raw += self.eps
-        return idx, raw if self.alpha == 1.0 else raw**self.alpha
+        idx, raw = check_priority_update(indices, priorities, size)
+        return idx, stored_priorities(raw, self.alpha, self.eps)
 
     def update(self, idx: NDArray[np.int64], stored: NDArray[np.float64]) -> None:
         """Set already-validated stored priorities (see :meth:`check_update`)."""
@@ -164,6 +214,11 @@ class PriorityIndex:
         """Stored priorities of slots ``0..size-1`` (pending slots included)."""
         self.apply_pending()
         return self.tree[np.arange(size)]
+
+    def values_at(self, idx: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Stored priorities of the validated slots ``idx`` (pending slots included)."""
+        self.apply_pending()
+        return self.tree[idx]
 
     def restore(self, values: NDArray[np.float64], max_priority: float) -> None:
         """Replace all priorities: ``values`` for the first slots, 0 for the rest."""

@@ -1,8 +1,14 @@
 """Which stored transitions are picked: random draws, epochs, and the gather into a batch.
 
-* :class:`TransitionSampler` draws positions (uniform with replacement, or
-  proportional to priorities through a :class:`.PriorityIndex`) with its own
-  seeded generators, and gathers those rows of every column into a TensorDict
+* :class:`Sampler` is the protocol of a sampling policy: given the ring's
+  size and write position and a random generator it draws storage positions
+  (:meth:`Sampler.sample`); the buffer tells it of every row written
+  (:meth:`Sampler.on_write`) and of priority updates
+  (:meth:`Sampler.update_priorities`). Built in: :class:`UniformSampler`,
+  :class:`PrioritizedSampler` and :class:`~.slices.SliceSampler`; a user's
+  own class with these four methods works too.
+* :class:`TransitionSampler` owns the buffer's seeded generators, asks the
+  policy for positions and gathers those rows of every column into a TensorDict
   on the training device. On CPU storage whose columns all have NumPy views and
   small rows, the draw and the gathers are NumPy calls (``Generator.integers``,
   one ``take`` per column, wrapped with ``torch.from_numpy``): unlike torch
@@ -23,20 +29,31 @@ lock (the iterator through a callable that takes it).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
+from numpy.typing import NDArray
 from tensordict import TensorDict
 
 from replaystore._tensordict_compat import batch_tensordict
-from replaystore.errors import EmptyBufferError
-from replaystore.transitions.prioritized import PriorityIndex
+from replaystore.errors import BufferIndexError, EmptyBufferError, PriorityError, check_number
+from replaystore.transitions.prioritized import PriorityIndex, check_stored, stored_priorities
 from replaystore.transitions.storage import MemmapStorage, TensorStorage
 
-__all__ = ["EpochIterator", "EpochSchedule", "RngState", "TransitionSampler"]
+__all__ = [
+    "Draw",
+    "EpochIterator",
+    "EpochSchedule",
+    "PrioritizedSampler",
+    "RingState",
+    "RngState",
+    "Sampler",
+    "TransitionSampler",
+    "UniformSampler",
+]
 
 #: Rows up to this many bytes (all columns) are sampled with NumPy gathers on CPU.
 NUMPY_GATHER_MAX_ROW_BYTES = 4096
@@ -46,6 +63,215 @@ def require_items(size: int) -> None:
     """Raise EmptyBufferError when nothing is stored."""
     if size == 0:
         raise EmptyBufferError("the replay buffer is empty: add transitions before sampling")
+
+
+@dataclass(slots=True)
+class RingState:
+    """What a :class:`Sampler` sees of the buffer when it draws.
+
+    Stored rows are positions ``0..size-1``. Before the ring is full the oldest
+    is 0 and the newest ``size - 1``; once full (``size == capacity``) the
+    oldest is ``pointer`` and the newest ``pointer - 1`` (modulo ``capacity``).
+    Every stored row is complete: the buffer's lock keeps a row that is being
+    written out of every draw.
+    """
+
+    capacity: int
+    """Rows in the ring."""
+    size: int
+    """Rows holding a transition."""
+    pointer: int
+    """The write position: the row the next transition goes to."""
+    columns: Mapping[str, torch.Tensor]
+    """The stored columns (``[capacity, *item_shape]`` each, on the storing device;
+    rows at or past ``size`` hold nothing yet). Read them, never write them."""
+
+
+@dataclass(slots=True)
+class Draw:
+    """Storage positions drawn by a :class:`Sampler`, and entries to add to the batch.
+
+    ``index`` has shape ``[B]`` (single transitions) or ``[S, L]`` (``S`` rows
+    of ``L`` steps); the batch gets that batch size. An entry of -1 is padding:
+    its row in the batch is all zeros. ``extra`` entries (NumPy arrays or
+    tensors of the same leading shape, e.g. ``weight``, ``mask``) are added to
+    the batch as they are, beside ``index`` itself.
+    """
+
+    index: NDArray[np.int64]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    """A sampling policy of a :class:`~.buffer.ReplayBuffer`: which stored rows a sample holds.
+
+    Pass an instance as ``ReplayBuffer(..., sampler=obj)``; one instance serves
+    one buffer. The buffer calls every method under its lock, so a sampler
+    needs no locking of its own, and never calls :meth:`sample` on an empty
+    buffer.
+
+    * :meth:`reset` is called with the capacity when the buffer adopts the
+      sampler and whenever it is emptied (``reset``, ``close``, ``load``):
+      forget every row.
+    * :meth:`on_write` is called after every ``add`` / ``add_batch`` with the
+      positions written (``start .. start + count - 1`` modulo the capacity,
+      oldest first): those rows now hold new, complete transitions.
+      ``count`` never exceeds the capacity.
+    * :meth:`sample` draws positions for ``sample_batch(batch_size)`` from the
+      ring's ``size``, write position ``pointer`` and columns
+      (:class:`RingState`), using only ``rng`` (the buffer's seeded
+      ``numpy.random.Generator``) for randomness, so seeded buffers repeat.
+    * :meth:`update_priorities` receives ``update_priorities`` calls: validated
+      positions (1-D int64, each a stored row) and their raw priorities (1-D
+      float64, finite, ``>= 0``). A sampler without priorities raises
+      :class:`~replaystore.errors.PriorityError`.
+
+    The returned :class:`Draw` becomes the batch: rows ``draw.index`` of every
+    column, an ``index`` entry with the positions and ``draw.extra``.
+    Checkpoints save the contents of a buffer with a user's sampler but refuse
+    to load into it (its state is unknown to them).
+    """
+
+    def reset(self, capacity: int) -> None:
+        """Forget every row; the ring now has ``capacity`` rows, none stored."""
+
+    def on_write(self, start: int, count: int) -> None:
+        """Rows ``start .. start + count - 1`` (modulo the capacity) were written."""
+
+    def sample(self, batch_size: int, ring: RingState, rng: np.random.Generator) -> Draw:
+        """Positions (``[B]`` or ``[S, L]``, each in ``0..ring.size-1`` or -1 for padding)."""
+
+    def update_priorities(self, index: NDArray[np.int64], priority: NDArray[np.float64]) -> None:
+        """New raw priorities for stored rows ``index`` (the last value wins for repeats)."""
+
+
+def no_priorities(what: str) -> PriorityError:
+    """The error of a priority call on a buffer whose sampler keeps no priorities."""
+    return PriorityError(
+        f"{what} needs a buffer created with sampler='prioritized', PrioritizedSampler() "
+        "or SliceSampler(prioritized=True)"
+    )
+
+
+class UniformSampler:
+    """Every stored transition equally likely, drawn with replacement.
+
+    ``ReplayBuffer(..., sampler="uniform")`` is the same. Batches hold the
+    columns only (no ``index``). It keeps no state.
+    """
+
+    kind = "uniform"
+    prioritized = False
+
+    def reset(self, capacity: int) -> None:
+        """Nothing to forget."""
+
+    def on_write(self, start: int, count: int) -> None:
+        """Nothing to note."""
+
+    def sample(self, batch_size: int, ring: RingState, rng: np.random.Generator) -> Draw:
+        """``batch_size`` positions drawn uniformly from ``0..ring.size-1``."""
+        return Draw(rng.integers(0, ring.size, batch_size))
+
+    def update_priorities(self, index: NDArray[np.int64], priority: NDArray[np.float64]) -> None:
+        """Raises :class:`~replaystore.errors.PriorityError`: uniform sampling has no priorities."""
+        raise no_priorities("update_priorities")
+
+    def settings(self) -> dict[str, Any]:
+        """What a checkpoint records of this sampler."""
+        return {"kind": self.kind}
+
+    def __repr__(self) -> str:
+        return "UniformSampler()"
+
+
+class PrioritizedSampler:
+    """Proportional prioritized replay (Schaul et al., 2016), with importance weights.
+
+    Item i is drawn with probability ``p_i / sum_j p_j`` where the stored
+    priority is ``p_i = (|delta_i| + eps) ** alpha``; new items get the largest
+    stored priority so far (1.0 before any update). Batches add ``index``
+    (int64 positions ``[B]``) and ``weight`` (float32 ``(p_i / p_min) ** -beta``,
+    at most 1). ``ReplayBuffer(..., sampler="prioritized", alpha=, beta=, eps=)``
+    is the same.
+
+    Args:
+        alpha: priority exponent, >= 0 (0 is uniform).
+        beta: importance-weight exponent, >= 0; settable (``buf.beta`` too).
+        eps: added to ``|p|`` so no item has probability 0, > 0.
+
+    Raises:
+        ArgumentError: an exponent or ``eps`` out of range.
+
+    Cost: a draw of B is an O(B log capacity) sum-tree search.
+    """
+
+    kind = "prioritized"
+    prioritized = True
+
+    def __init__(self, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6) -> None:
+        self.alpha = check_number(alpha, "alpha", minimum=0)
+        self._beta = check_number(beta, "beta", minimum=0)
+        self.eps = check_number(eps, "eps", minimum=0, strict=True)
+        self.index = PriorityIndex(1, self.alpha, self._beta, self.eps)
+        """The priorities of the ring's rows (re-created by :meth:`reset`)."""
+
+    @property
+    def beta(self) -> float:
+        """Importance-weight exponent (anneal it towards 1)."""
+        return self._beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._beta = check_number(value, "beta", minimum=0)
+        self.index.beta = self._beta
+
+    @property
+    def max_priority(self) -> float:
+        """The priority new rows get: the largest stored so far (1.0 before any update)."""
+        return self.index.max_priority
+
+    def reset(self, capacity: int) -> None:
+        """Forget every priority (a ring of ``capacity`` rows)."""
+        self.index = PriorityIndex(capacity, self.alpha, self._beta, self.eps)
+
+    def on_write(self, start: int, count: int) -> None:
+        """New rows get the current maximum priority."""
+        self.index.mark_new_range(start, count)
+
+    def sample(self, batch_size: int, ring: RingState, rng: np.random.Generator) -> Draw:
+        """``batch_size`` positions drawn proportionally to priority, with ``weight``."""
+        idx, weight = self.index.sample(batch_size, rng)
+        return Draw(idx, {"weight": weight})
+
+    def update_priorities(self, index: NDArray[np.int64], priority: NDArray[np.float64]) -> None:
+        """Store ``(priority + eps) ** alpha`` at ``index`` (``priority`` is modified)."""
+        self.index.update(index, stored_priorities(priority, self.alpha, self.eps))
+
+    def priorities_at(self, index: NDArray[np.int64]) -> NDArray[np.float64]:
+        """Stored priorities of the stored rows ``index`` (validated by the caller)."""
+        return self.index.values_at(index)
+
+    def stored_priorities(self, size: int) -> NDArray[np.float64]:
+        """Stored priorities of rows ``0..size-1`` (a copy)."""
+        return self.index.values(size)
+
+    def total_and_min(self) -> tuple[float, float]:
+        """Sum and minimum of the stored priorities (O(1): the sum tree's root)."""
+        self.index.apply_pending()
+        return self.index.tree.total, self.index.tree.min
+
+    def restore_priorities(self, values: NDArray[np.float64], max_priority: float) -> None:
+        """Replace every stored priority: ``values`` for rows ``0..len-1``, none after."""
+        self.index.restore(values, max_priority)
+
+    def settings(self) -> dict[str, Any]:
+        """What a checkpoint records of this sampler (besides its priorities)."""
+        return {"kind": self.kind, "alpha": self.alpha, "beta": self._beta, "eps": self.eps}
+
+    def __repr__(self) -> str:
+        return f"PrioritizedSampler(alpha={self.alpha}, beta={self._beta}, eps={self.eps})"
 
 
 class TransitionSampler:
@@ -59,7 +285,7 @@ class TransitionSampler:
             NumPy one draws uniform samples on it and prioritized samples.
 
     Attributes:
-        priorities: the priority index of a prioritized buffer, else None.
+        policy: the :class:`Sampler` that draws positions.
         torch_generator: the ``torch.Generator`` on ``storing_device``.
         numpy_rng: the ``numpy.random.Generator``.
     """
@@ -74,7 +300,7 @@ class TransitionSampler:
     ) -> None:
         self.storing_device = storing_device
         self.device = device
-        self.priorities: PriorityIndex | None = None
+        self.policy: Sampler = UniformSampler()
         seq = np.random.SeedSequence(seed)
         self.torch_generator = torch.Generator(device=storing_device)
         self.torch_generator.manual_seed(int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1)))
@@ -128,18 +354,20 @@ class TransitionSampler:
 
     # -------------------------------------------------------------- draws
 
-    def sample(self, n: int, size: int) -> TensorDict:
-        """``n`` rows drawn with replacement from positions ``0..size-1``.
+    def sample(self, n: int, size: int, pointer: int, capacity: int) -> TensorDict:
+        """A batch for ``sample_batch(n)`` from the ``size`` stored rows, drawn by :attr:`policy`.
 
-        Uniform: every position equally likely. Prioritized: position i with
-        probability ``p_i / sum p``, plus ``index`` (int64 positions) and
-        ``weight`` (float32 importance weights) entries.
+        Uniform: ``n`` rows, every position equally likely. Prioritized: position
+        i with probability ``p_i / sum p``, plus ``index`` (int64 positions) and
+        ``weight`` (float32 importance weights) entries. Any other policy: the
+        rows of its :class:`Draw`, with ``index`` and its extra entries.
 
         Raises:
             EmptyBufferError: ``size`` is 0.
         """
         arrays = self._array_items
-        if self.priorities is None and size:
+        policy = self.policy
+        if type(policy) is UniformSampler and size:
             if arrays is not None:
                 # NumPy draw and gathers: unlike torch calls, none of them
                 # releases the GIL for small rows (see the module docstring).
@@ -153,19 +381,67 @@ class TransitionSampler:
                 idx = torch.randint(size, (n,), generator=gen, device=self.storing_device)
             return self.gather(idx)
         require_items(size)
-        assert self.priorities is not None  # uniform samplers with items returned above
-        slots, weights = self.priorities.sample(n, self.numpy_rng)
-        idx = torch.from_numpy(slots)
-        weight = torch.from_numpy(weights)
-        if arrays is not None:
-            out = {name: torch.from_numpy(a.take(slots, axis=0)) for name, a in arrays}
-            out["index"] = idx
-            out["weight"] = weight
-            return batch_tensordict(out, n, self.device)
-        if not self._on_cpu:  # storage on an accelerator (.to costs ~0.5 us on CPU)
-            idx = idx.to(self.storing_device)
-            weight = weight.to(self.storing_device)
-        return self.gather(idx, {"index": idx, "weight": weight})
+        if type(policy) is PrioritizedSampler:
+            slots, weights = policy.index.sample(n, self.numpy_rng)
+            idx = torch.from_numpy(slots)
+            weight = torch.from_numpy(weights)
+            if arrays is not None:
+                out = {name: torch.from_numpy(a.take(slots, axis=0)) for name, a in arrays}
+                out["index"] = idx
+                out["weight"] = weight
+                return batch_tensordict(out, n, self.device)
+            if not self._on_cpu:  # storage on an accelerator (.to costs ~0.5 us on CPU)
+                idx = idx.to(self.storing_device)
+                weight = weight.to(self.storing_device)
+            return self.gather(idx, {"index": idx, "weight": weight})
+        ring = RingState(capacity, size, pointer, self._columns)
+        return self.gather_draw(policy.sample(n, ring, self.numpy_rng), size)
+
+    def gather_draw(self, draw: Draw, size: int) -> TensorDict:
+        """The batch of a :class:`Draw`: its rows (zeros where ``index`` is -1), ``index``
+        and its extra entries, with the batch size of ``draw.index`` (``[B]`` or ``[S, L]``).
+
+        Raises:
+            TypeError: ``draw`` is not a Draw.
+            BufferIndexError: a position is not a stored row (nor -1).
+        """
+        if not isinstance(draw, Draw):
+            raise TypeError(f"a Sampler's sample() must return a Draw, got {type(draw).__name__}")
+        index = torch.as_tensor(np.asarray(draw.index), dtype=torch.int64)
+        shape = tuple(index.shape)
+        flat = index.reshape(-1)
+        padding = flat < 0
+        padded = bool(padding.any())
+        pos = flat.clamp_min(0) if padded else flat
+        check_stored(pos.numpy() if padded else flat.numpy(), size)
+        if padded and bool((flat[padding] != -1).any()):
+            raise BufferIndexError("a Sampler's draw holds a negative index other than -1")
+        arrays = self._array_items
+        if arrays is not None and self._batch_device is None:
+            rows = pos.numpy()
+            out = {
+                name: torch.from_numpy(a.take(rows, axis=0)).reshape(*shape, *a.shape[1:])
+                for name, a in arrays
+            }
+        else:
+            dev_pos = pos if self._on_cpu else pos.to(self.storing_device)
+            out = {
+                name: col.index_select(0, dev_pos).reshape(*shape, *col.shape[1:])
+                for name, col in self._column_items
+            }
+        if padded:
+            keep = ~padding.reshape(shape)
+            if not self._on_cpu:
+                keep = keep.to(self.storing_device)
+            for name, value in out.items():
+                value[~keep] = 0
+        out["index"] = index.to(self.storing_device) if not self._on_cpu else index
+        for name, value in draw.extra.items():
+            tensor = torch.as_tensor(value)
+            out[name] = tensor if self._on_cpu else tensor.to(self.storing_device)
+        if self._batch_device is not None:
+            out = {k: v.to(self._batch_device) for k, v in out.items()}
+        return TensorDict(out, batch_size=torch.Size(shape), device=self.device)
 
     # ------------------------------------------------------ random state
 
@@ -209,7 +485,7 @@ class TransitionSampler:
     def epoch_batch(self, idx: torch.Tensor) -> TensorDict:
         """An epoch batch of rows ``idx``: prioritized buffers add ``index`` and unit ``weight``."""
         extra = None
-        if self.priorities is not None:
+        if getattr(self.policy, "prioritized", False):
             ones = torch.ones(idx.shape[0], dtype=torch.float32, device=self.storing_device)
             extra = {"index": idx, "weight": ones}
         return self.gather(idx, extra)

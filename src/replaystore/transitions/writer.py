@@ -32,7 +32,7 @@ import torch
 
 from replaystore._kernels import resolve_kernel
 from replaystore.errors import SchemaError
-from replaystore.transitions.prioritized import PriorityIndex
+from replaystore.transitions.prioritized import NewRowListener
 from replaystore.transitions.schema import (
     FieldSpec,
     as_flat_mapping,
@@ -148,8 +148,8 @@ class RingWriter:
     ) -> None:
         self.capacity = capacity
         self.kernel = kernel
-        self.priorities: PriorityIndex | None = None
-        """Told of every written row (``mark_new``) when the buffer is prioritized."""
+        self.priorities: NewRowListener | None = None
+        """Told of every written row (``mark_new``) when the sampler needs to know."""
         self.size = 0
         """Rows holding a transition, at most ``capacity``."""
         self.pointer = 0
