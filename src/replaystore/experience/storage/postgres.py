@@ -49,6 +49,7 @@ from replaystore.errors import ConfigError, SchemaError, StorageError
 from replaystore.experience.decoding import FieldDecoders, as_decoders
 from replaystore.experience.query import Condition, compile_sql
 from replaystore.experience.rows import META_FIELDS, DataRow, decode_row, encode_batch
+from replaystore.experience.storage._fork import fork_check_lock
 from replaystore.experience.storage.base import (
     Eviction,
     Storage,
@@ -251,11 +252,15 @@ class PostgresStorage(Storage):
 
     def _get_pool(self) -> ConnectionPool:
         if self._pid != os.getpid():  # forked: leave the parent's connections alone
-            if self._pool is not None:
-                _INHERITED.append(self._pool)
-            self._pool = None
-            self._pid = os.getpid()
-            self._thread_lock = threading.Lock()
+            # Checked again under the fork-check lock: of several threads of a forked
+            # child arriving at once, one swaps and the others take its lock.
+            with fork_check_lock():
+                if self._pid != os.getpid():
+                    if self._pool is not None:
+                        _INHERITED.append(self._pool)
+                    self._pool = None
+                    self._thread_lock = threading.Lock()
+                    self._pid = os.getpid()  # last: a thread seeing it finds the new lock
         with self._thread_lock:
             if self._pool is None:
                 pool = ConnectionPool(

@@ -64,6 +64,7 @@ from replaystore.experience.rows import (
     decode_experiences,
     encode_records,
 )
+from replaystore.experience.storage._fork import fork_check_lock
 from replaystore.experience.storage.base import (
     Eviction,
     Storage,
@@ -356,13 +357,19 @@ class SqliteStorage(Storage):
         self._lock = threading.RLock()
 
     def _guard(self) -> threading.RLock:
-        """This process's thread lock; after a fork, forget the parent's lock and connection."""
+        """This process's thread lock; after a fork, forget the parent's lock and connection.
+
+        The swap runs under the fork-check lock, checked again there: of several threads
+        of a forked child arriving at once, one swaps and the others take its lock.
+        """
         if self._pid != os.getpid():
-            if self._conn is not None:
-                _INHERITED.append(self._conn)
-                self._conn = None
-            self._lock = threading.RLock()
-            self._pid = os.getpid()
+            with fork_check_lock():
+                if self._pid != os.getpid():
+                    if self._conn is not None:
+                        _INHERITED.append(self._conn)
+                        self._conn = None
+                    self._lock = threading.RLock()
+                    self._pid = os.getpid()  # last: a thread seeing it finds the new lock
         return self._lock
 
     def _connect(self) -> sqlite3.Connection:
