@@ -40,6 +40,7 @@ from tensordict import TensorDict
 
 from replaystore._tensordict_compat import batch_tensordict
 from replaystore.errors import BufferIndexError, EmptyBufferError, PriorityError, check_number
+from replaystore.transitions.nstep import NStepReader
 from replaystore.transitions.prioritized import PriorityIndex, check_stored, stored_priorities
 from replaystore.transitions.storage import MemmapStorage, TensorStorage
 
@@ -301,6 +302,8 @@ class TransitionSampler:
         self.storing_device = storing_device
         self.device = device
         self.policy: Sampler = UniformSampler()
+        self.nstep: NStepReader | None = None
+        """Set by a buffer with ``n_step > 1``: adds the n-step entries to every sample."""
         seq = np.random.SeedSequence(seed)
         self.torch_generator = torch.Generator(device=storing_device)
         self.torch_generator.manual_seed(int(seq.generate_state(1, np.uint64)[0] >> np.uint64(1)))
@@ -367,19 +370,22 @@ class TransitionSampler:
         """
         arrays = self._array_items
         policy = self.policy
+        nstep = self.nstep
         if type(policy) is UniformSampler and size:
             if arrays is not None:
                 # NumPy draw and gathers: unlike torch calls, none of them
                 # releases the GIL for small rows (see the module docstring).
                 pos = self.numpy_rng.integers(0, size, n)
                 out = {name: torch.from_numpy(a.take(pos, axis=0)) for name, a in arrays}
+                if nstep is not None:
+                    out.update(nstep.fields(pos, pointer))
                 return batch_tensordict(out, n, self.device)
             if self._on_cpu:
                 idx = torch.randint(size, (n,), generator=self.torch_generator)
             else:
                 gen = self.torch_generator
                 idx = torch.randint(size, (n,), generator=gen, device=self.storing_device)
-            return self.gather(idx)
+            return self.gather(idx, None if nstep is None else nstep.fields(idx, pointer))
         require_items(size)
         if type(policy) is PrioritizedSampler:
             slots, weights = policy.index.sample(n, self.numpy_rng)
@@ -389,17 +395,24 @@ class TransitionSampler:
                 out = {name: torch.from_numpy(a.take(slots, axis=0)) for name, a in arrays}
                 out["index"] = idx
                 out["weight"] = weight
+                if nstep is not None:
+                    out.update(nstep.fields(slots, pointer))
                 return batch_tensordict(out, n, self.device)
             if not self._on_cpu:  # storage on an accelerator (.to costs ~0.5 us on CPU)
                 idx = idx.to(self.storing_device)
                 weight = weight.to(self.storing_device)
-            return self.gather(idx, {"index": idx, "weight": weight})
+            extra = {"index": idx, "weight": weight}
+            if nstep is not None:
+                extra.update(nstep.fields(idx, pointer))
+            return self.gather(idx, extra)
         ring = RingState(capacity, size, pointer, self._columns)
-        return self.gather_draw(policy.sample(n, ring, self.numpy_rng), size)
+        return self.gather_draw(policy.sample(n, ring, self.numpy_rng), size, pointer)
 
-    def gather_draw(self, draw: Draw, size: int) -> TensorDict:
+    def gather_draw(self, draw: Draw, size: int, pointer: int | None = None) -> TensorDict:
         """The batch of a :class:`Draw`: its rows (zeros where ``index`` is -1), ``index``
         and its extra entries, with the batch size of ``draw.index`` (``[B]`` or ``[S, L]``).
+        With :attr:`nstep` and the ring's write position ``pointer``: the n-step
+        entries too (zeros where ``index`` is -1).
 
         Raises:
             TypeError: ``draw`` is not a Draw.
@@ -439,6 +452,9 @@ class TransitionSampler:
         for name, value in draw.extra.items():
             tensor = torch.as_tensor(value)
             out[name] = tensor if self._on_cpu else tensor.to(self.storing_device)
+        if self.nstep is not None and pointer is not None:
+            mask = ~padding.reshape(shape) if padded else None
+            out.update(self.nstep.fields(index, pointer, mask))
         if self._batch_device is not None:
             out = {k: v.to(self._batch_device) for k, v in out.items()}
         return TensorDict(out, batch_size=torch.Size(shape), device=self.device)
@@ -482,12 +498,15 @@ class TransitionSampler:
             return torch.randperm(size, generator=self.torch_generator, device=self.storing_device)
         return torch.arange(size, device=self.storing_device)
 
-    def epoch_batch(self, idx: torch.Tensor) -> TensorDict:
-        """An epoch batch of rows ``idx``: prioritized buffers add ``index`` and unit ``weight``."""
-        extra = None
+    def epoch_batch(self, idx: torch.Tensor, pointer: int | None = None) -> TensorDict:
+        """An epoch batch of rows ``idx``: prioritized buffers add ``index`` and unit ``weight``;
+        with :attr:`nstep` and the write position ``pointer``, the n-step entries."""
+        extra: dict[str, torch.Tensor] = {}
         if getattr(self.policy, "prioritized", False):
             ones = torch.ones(idx.shape[0], dtype=torch.float32, device=self.storing_device)
             extra = {"index": idx, "weight": ones}
+        if self.nstep is not None and pointer is not None:
+            extra.update(self.nstep.fields(idx, pointer))
         return self.gather(idx, extra)
 
 
