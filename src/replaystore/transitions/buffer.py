@@ -54,6 +54,7 @@ from replaystore._tensordict_compat import batch_tensordict
 from replaystore.errors import (
     ArgumentError,
     CheckpointError,
+    ConfigError,
     EmptyBufferError,
     PriorityError,
     SchemaError,
@@ -67,6 +68,12 @@ from replaystore.transitions.checkpoint import (
     read_checkpoint,
     read_objectrl_metadata,
     write_checkpoint,
+)
+from replaystore.transitions.nstep import (
+    NSTEP_KEYS,
+    NStepReader,
+    check_nstep_config,
+    check_nstep_schema,
 )
 from replaystore.transitions.prioritized import (
     NewRowListener,
@@ -203,6 +210,16 @@ class ReplayBuffer:
             NumPy), ``"c"`` or ``"numpy"``; ``None`` reads ``REPLAYSTORE_RINGCOPY``
             (default ``"auto"``). Both store the same bytes and raise the same
             errors; the compiled one is faster for small rows.
+        n_step: the n-step horizon n. 1 (default): batches hold the stored
+            transitions only. ``n > 1``: every sample (``sample_batch``,
+            ``get_next_batch``, epoch batches, ``sample_by_index``) also holds
+            ``n_step_return``, ``n_step_next_obs``, ``n_step_done`` (bool) and
+            ``n_step_discount`` (float32), plus ``n_step_terminated`` when the
+            transitions have a ``terminated`` key, computed at sample time over
+            the next ``m <= n`` stored steps of the same episode (see
+            :mod:`~replaystore.transitions.nstep` and ``docs/transitions.md``).
+            Needs the keys ``reward``, ``done`` and ``next_obs``.
+        gamma: the discount of the n-step entries, in ``[0, 1]``.
 
     Raises:
         ArgumentError: a bad argument (size, sampler, exponents, storage on a
@@ -210,6 +227,10 @@ class ReplayBuffer:
             a ``ValueError`` (``ArgumentTypeError``, also a ``TypeError``, for a
             ``buffer_size`` that is not a number).
         CheckpointError: ``path`` holds a buffer of another capacity.
+        ConfigError: ``n_step`` is not a positive integer or ``gamma`` not in
+            ``[0, 1]`` (an ``ArgumentError``); with ``n_step > 1``, ``path`` holds
+            a buffer without ``reward``/``done``/``next_obs`` (the first add of
+            such transitions raises it too, naming the missing keys).
         ImportError: ``add_backend="c"`` but ``replaystore._ringcopy`` is not installed.
     """
 
@@ -228,6 +249,8 @@ class ReplayBuffer:
         seed: int | None = None,
         storage: Literal["auto", "memory", "memmap"] = "auto",
         add_backend: Literal["auto", "c", "numpy"] | None = None,
+        n_step: int = 1,
+        gamma: float = 0.99,
     ) -> None:
         self.device = torch.device(device)
         self.storing_device = torch.device(storing_device)
@@ -244,6 +267,8 @@ class ReplayBuffer:
             raise ArgumentError("path= names the memory-map directory; it needs memmap storage")
         policy = _sampler_object(sampler, alpha, beta, eps)
         kernel = resolve_add_kernel(add_backend)
+        self._n_step, self._gamma = check_nstep_config(n_step, gamma)
+        nstep = NStepReader(self._n_step, self._gamma) if self._n_step > 1 else None
         # A uniform buffer keeps beta (settable) though it never uses it.
         self._beta = float(getattr(policy, "beta", beta))
         # Every argument is checked: only now is anything created on disk.
@@ -255,7 +280,10 @@ class ReplayBuffer:
         self._storage: TensorStorage | MemmapStorage | None = None
         self._fields: dict[str, FieldSpec] | None = None
         self._sampler = TransitionSampler(self.storing_device, self.device, seed)
+        self._sampler.nstep = nstep
         reserved = () if type(policy) is UniformSampler else _RESERVED
+        if nstep is not None:
+            reserved = (*reserved, *NSTEP_KEYS, "n_step_terminated")
         self._writer = RingWriter(self._capacity, kernel, self._create, reserved)
         self._policy = policy
         self._adopt(policy)
@@ -387,6 +415,8 @@ class ReplayBuffer:
         self._fields = {f.name: f for f in storage.fields}
         self._writer.bind(storage)
         self._sampler.bind(storage)
+        if self._sampler.nstep is not None:
+            self._sampler.nstep.bind(storage.columns, storage.arrays)
         if old is not None and old is not storage:
             old.close()
 
@@ -396,8 +426,13 @@ class ReplayBuffer:
             return MemmapStorage(self._memmap_dir(), fields, self._capacity)
         return TensorStorage(fields, self._capacity, self.storing_device)
 
+    def _check_nstep_fields(self, fields: Sequence[FieldSpec]) -> None:
+        """ConfigError unless ``n_step`` works with ``fields`` (before any storage is made)."""
+        check_nstep_schema({f.name: tuple(f.shape) for f in fields}, self._n_step)
+
     def _create(self, fields: list[FieldSpec]) -> None:
         """Storage for the schema of the first add (the writer calls this)."""
+        self._check_nstep_fields(fields)
         storage = self._new_storage(fields)
         if isinstance(storage, MemmapStorage):
             storage.flush(MemmapState(0, 0))  # buffer.json names the new, empty generation
@@ -414,6 +449,11 @@ class ReplayBuffer:
                 f"buffer_size is {self._capacity}; open it with that buffer_size"
             )
         storage = MemmapStorage.reopen(directory, meta)
+        try:
+            self._check_nstep_fields(storage.fields)
+        except Exception:
+            storage.close()
+            raise
         size, ptr = int(meta["size"]), int(meta["pointer"])
         if not (0 <= size <= self._capacity and 0 <= ptr < self._capacity):
             raise CheckpointError(f"{directory}: inconsistent size {size} / pointer {ptr}")
@@ -600,7 +640,8 @@ class ReplayBuffer:
         """The transitions at storage positions ``indices`` (repeats allowed), in that order.
 
         Positions are ``0..size-1``; once the ring has wrapped, position
-        ``pointer`` holds the oldest item.
+        ``pointer`` holds the oldest item. With ``n_step > 1`` the batch holds
+        the n-step entries too.
 
         Raises:
             EmptyBufferError: nothing is stored.
@@ -608,7 +649,10 @@ class ReplayBuffer:
         """
         with self._lock:
             require_items(self._writer.size)
-            return self._sampler.gather(self._checked_index(indices))
+            idx = self._checked_index(indices)
+            nstep = self._sampler.nstep
+            extra = None if nstep is None else nstep.fields(idx, self._writer.pointer)
+            return self._sampler.gather(idx, extra)
 
     def sample_by_index_fields(
         self, indices: Indices, fields: Sequence[str] | str, *, as_tuple: bool = False
@@ -808,7 +852,7 @@ class ReplayBuffer:
                 if self._epochs is schedule:
                     self._epochs = None
                 return None
-            return self._sampler.epoch_batch(idx)
+            return self._sampler.epoch_batch(idx, self._writer.pointer)
 
     def get_next_batch(self, batch_size: int) -> TensorDict:
         """The next batch of the current epochs, or a random batch.
@@ -833,7 +877,7 @@ class ReplayBuffer:
                 if schedule is not None:
                     idx = schedule.next_indices(self._writer.size, self._sampler)
                     if idx is not None:
-                        return self._sampler.epoch_batch(idx)
+                        return self._sampler.epoch_batch(idx, self._writer.pointer)
                     self._epochs = None
         return self.sample_batch(batch_size)
 
@@ -984,6 +1028,10 @@ class ReplayBuffer:
             self._apply_objectrl_metadata(objectrl, path)
             return
         snap = read_checkpoint(path)
+        try:
+            self._check_nstep_fields(snap.fields)
+        except ConfigError as exc:
+            raise ConfigError(f"checkpoint {path}: {exc}") from exc
         if snap.capacity != self._capacity:
             raise CheckpointError(
                 f"checkpoint {path} has buffer_size {snap.capacity} but this buffer has "
