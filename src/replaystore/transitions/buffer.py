@@ -56,7 +56,6 @@ from replaystore.errors import (
     CheckpointError,
     ConfigError,
     EmptyBufferError,
-    PriorityError,
     SchemaError,
     check_choice,
     check_int,
@@ -924,7 +923,8 @@ class ReplayBuffer:
         if type(policy) in _BUILT_IN_SAMPLERS:
             sampler: dict[str, Any] = policy.settings()  # type: ignore[attr-defined]
         else:  # recorded so that a load can say what it cannot restore
-            sampler = {"kind": "user", "class": f"{type(policy).__module__}.{type(policy).__qualname__}"}
+            name = f"{type(policy).__module__}.{type(policy).__qualname__}"
+            sampler = {"kind": "user", "class": name}
         priorities = None
         holder = self._priority_holder()
         if holder is not None:

@@ -446,7 +446,7 @@ class TransitionSampler:
             keep = ~padding.reshape(shape)
             if not self._on_cpu:
                 keep = keep.to(self.storing_device)
-            for name, value in out.items():
+            for value in out.values():
                 value[~keep] = 0
         out["index"] = index.to(self.storing_device) if not self._on_cpu else index
         for name, value in draw.extra.items():

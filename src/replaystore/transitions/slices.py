@@ -240,7 +240,7 @@ class SliceSampler:
             read = np.arange(ring.size, dtype=np.int64)
             starts: NDArray[np.int64] | None = None
         else:
-            read = self._unread[0] if len(self._unread) == 1 else np.concatenate(self._unread)
+            read = np.concatenate(self._unread) if self._unread else np.zeros(0, np.int64)
             dirty = np.concatenate(self._dirty) if self._dirty else read[:0]
             # A written row changes the starts up to L - 1 rows before it (their
             # windows) and the row after it (whether that one starts a run).
