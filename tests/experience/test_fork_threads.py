@@ -131,3 +131,36 @@ def test_threads_of_a_forked_child_open_one_postgres_pool(make_postgres, tmp_pat
     assert result["opened"] == 1  # one new pool, by one thread
     assert result["rows"] == STEPS * (1 + THREADS * ROUNDS)
     assert len(buf) == STEPS * (1 + THREADS * ROUNDS)  # the parent's pool still works
+
+
+def _multiproc_child(buf: ExperienceBuffer, out: Path) -> None:
+    from replaystore.experience.storage import multiproc as mp_module
+
+    made: list[int] = []
+    real_rlock = mp_module.threading.RLock
+
+    def counting_rlock() -> Any:
+        made.append(threading.get_ident())
+        return real_rlock()
+
+    mp_module.threading.RLock = counting_rlock  # type: ignore[misc]
+    _slow_getpid()
+    _hammer(buf, out)
+    result = json.loads(out.read_text(encoding="utf-8"))
+    out.write_text(json.dumps({**result, "locks": len(made)}), encoding="utf-8")
+
+
+def test_threads_of_a_forked_child_share_one_multiproc_thread_lock(tmp_path: Path) -> None:
+    from replaystore.experience import MultiProcMemoryStorage
+
+    with multiprocessing.Manager() as manager:
+        storage = MultiProcMemoryStorage(
+            manager.dict(), manager.list(), manager.Lock(), max_capacity=None
+        )
+        buf = ExperienceBuffer(storage)
+        buf.store_batch(episode("parent", STEPS))  # the parent's thread lock exists at the fork
+        result = _run_child(_multiproc_child, buf, tmp_path / "out.json")
+        assert result["errors"] == [], "\n".join(result["errors"])
+        assert result["locks"] == 1  # one new thread lock, made by one thread
+        assert result["rows"] == STEPS * (1 + THREADS * ROUNDS)
+        assert len(buf) == STEPS * (1 + THREADS * ROUNDS)

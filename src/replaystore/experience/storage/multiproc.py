@@ -63,6 +63,7 @@ from replaystore.errors import SchemaError, StorageError
 from replaystore.experience.decoding import FieldDecoders, as_decoders
 from replaystore.experience.query import Condition
 from replaystore.experience.rows import DataRow, ExpMeta, decode_experiences, encode_batch
+from replaystore.experience.storage._fork import fork_check_lock
 from replaystore.experience.storage.base import (
     Eviction,
     Storage,
@@ -173,8 +174,12 @@ class MultiProcMemoryStorage(Storage):
 
     def _local_lock(self) -> threading.RLock:
         if self._pid != os.getpid():  # a forked child: a held thread lock would never free
-            self._local = threading.RLock()
-            self._pid = os.getpid()
+            # Under the child's own fork-check lock, so that when several threads
+            # make their first call together exactly one makes the new thread lock.
+            with fork_check_lock():
+                if self._pid != os.getpid():
+                    self._local = threading.RLock()
+                    self._pid = os.getpid()
         return self._local
 
     # ------------------------------------------------------------------ the lock
