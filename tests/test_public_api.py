@@ -22,7 +22,9 @@ import replaystore
 
 EXPORTS: dict[str, list[str]] = {
     "replaystore": ["ExperienceBuffer", "TrajectoryBuffer", "TransitionBuffer", "__version__"],
+    "replaystore.cli": ["COMMANDS", "main"],
     "replaystore.demos": ["OPT_IN_PARTS", "PARTS"],
+    "replaystore.formats": [],
     "replaystore.loop": [
         "DEFAULTS",
         "LoopConfig",

@@ -128,10 +128,10 @@ def test_a_torch_save_metadata_file_holding_code_is_refused_in_one_line(tmp_path
 
 
 def test_checkpoint_format_tag_matches_what_the_transitions_buffer_writes():
-    from replaystore.cli.stats import CHECKPOINT_FORMAT_PREFIX
+    from replaystore.formats.transitions_checkpoint import FORMAT_PREFIX
     from replaystore.transitions.checkpoint import CHECKPOINT_FORMAT
 
-    assert CHECKPOINT_FORMAT.startswith(CHECKPOINT_FORMAT_PREFIX)
+    assert CHECKPOINT_FORMAT.startswith(FORMAT_PREFIX)
 
 
 def test_metadata_file_of_an_unknown_format_is_a_one_line_error(tmp_path):

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from replaystore.cli._common import Parser, UsageError, int_at_least, progress, store_path
-from replaystore.cli.stats import SQLITE_MAGIC
+from replaystore.formats.sqlite_experience import is_sqlite_file
 from replaystore.redaction import redact
 
 __all__ = ["DESCRIPTION", "add_arguments", "run"]
@@ -44,10 +44,8 @@ def _open_store(target: str, role: str) -> Any:
         path = store_path(target)
         if role == "source" and not path.is_file():
             raise UsageError(f"source store {path} does not exist")
-        if path.is_file():
-            with open(path, "rb") as handle:
-                if handle.read(len(SQLITE_MAGIC)) != SQLITE_MAGIC:
-                    raise UsageError(f"{role} {path} is not a SQLite experience store")
+        if path.is_file() and not is_sqlite_file(path):
+            raise UsageError(f"{role} {path} is not a SQLite experience store")
         target = str(path)
     return open_storage(target)
 

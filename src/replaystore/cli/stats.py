@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import math
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 from replaystore.cli._common import Parser, UsageError, finite_float, human_bytes, store_path, table
 from replaystore.errors import ReplayStoreError
+from replaystore.formats import sqlite_experience
+from replaystore.formats.transitions_checkpoint import (
+    confine_name,
+    is_zip_archive,
+    read_checkpoint_meta,
+)
 
-__all__ = ["DESCRIPTION", "SQLITE_MAGIC", "add_arguments", "detect", "run"]
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
-CHECKPOINT_FORMAT_PREFIX = "replaystore.transitions.checkpoint/"
+__all__ = ["DESCRIPTION", "add_arguments", "detect", "run"]
 
 DESCRIPTION = (
     "Detect what PATH is and print a summary: a trajectory storage directory "
@@ -67,9 +67,7 @@ def detect(path: Path) -> tuple[str, Path]:
             "(*.metadata)"
         )
     if path.is_file():
-        with open(path, "rb") as handle:
-            head = handle.read(len(SQLITE_MAGIC))
-        if head == SQLITE_MAGIC:
+        if sqlite_experience.is_sqlite_file(path):
             return "sqlite_experience_store", path
         if path.name.endswith(".metadata"):
             return "transitions_checkpoint", path
@@ -136,58 +134,6 @@ def _print_trajectory_stats(s: dict[str, Any]) -> None:
         print(line)
 
 
-def _sqlite_stats(path: Path) -> dict[str, Any]:
-    # Read-only on purpose: opening it with SqliteStorage would create its tables in
-    # any SQLite file and switch it to WAL mode; a summary must not modify the file.
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise UsageError(f"cannot open SQLite file {path}: {exc}") from None
-    try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        columns = (
-            {r[1] for r in conn.execute("PRAGMA table_info(rows)")} if "rows" in tables else set()
-        )
-        needed = {"task_id", "task_name", "agent_id", "step", "execute_time"}
-        if not needed <= columns:
-            raise UsageError(
-                f"{path} is a SQLite database but not a replaystore experience store "
-                "(no 'rows' table with task_id, agent_id, step, execute_time)"
-            )
-        n_rows, n_tasks, n_names, min_step, max_step, t0, t1 = conn.execute(
-            "SELECT COUNT(*), COUNT(DISTINCT task_id), COUNT(DISTINCT task_name), "
-            "MIN(step), MAX(step), MIN(execute_time), MAX(execute_time) FROM rows"
-        ).fetchone()
-        agents = [
-            {"agent_id": a, "rows": n, "tasks": t}
-            for a, n, t in conn.execute(
-                "SELECT agent_id, COUNT(*), COUNT(DISTINCT task_id) FROM rows "
-                "GROUP BY agent_id ORDER BY COUNT(*) DESC, agent_id"
-            )
-        ]
-    except sqlite3.DatabaseError as exc:
-        raise UsageError(f"cannot read SQLite file {path}: {exc}") from None
-    finally:
-        conn.close()
-
-    def iso(t: Any) -> str | None:
-        if not isinstance(t, int | float) or not math.isfinite(t):
-            return None
-        return dt.datetime.fromtimestamp(t, tz=dt.UTC).isoformat(timespec="seconds")
-
-    return {
-        "path": str(path.resolve()),
-        "size_bytes": path.stat().st_size,
-        "rows": n_rows,
-        "tasks": n_tasks,
-        "task_names": n_names,
-        "agents": len(agents),
-        "steps": [min_step, max_step],
-        "execute_time": [iso(t0), iso(t1)],
-        "per_agent": agents,
-    }
-
-
 def _print_sqlite_stats(s: dict[str, Any]) -> None:
     print(f"SQLite experience store: {s['path']} ({human_bytes(s['size_bytes'])})")
     _print_store_body(s)
@@ -240,45 +186,25 @@ def _objectrl_torch_stats(meta_path: Path) -> dict[str, Any]:
 
 
 def _checkpoint_stats(meta_path: Path) -> dict[str, Any]:
-    with open(meta_path, "rb") as handle:
-        if handle.read(4) == b"PK\x03\x04":  # a zip archive: what torch.save writes
-            return _objectrl_torch_stats(meta_path)
-    meta = _load_json(meta_path)
-    keys = {"buffer_size", "data_size", "pointer"}
-    if not isinstance(meta, dict) or not keys <= meta.keys():
-        raise UsageError(
-            f"{meta_path} is not a transitions checkpoint (no buffer_size/data_size/pointer)"
-        )
+    if is_zip_archive(meta_path):  # what torch.save writes
+        return _objectrl_torch_stats(meta_path)
+    meta = read_checkpoint_meta(meta_path)
     out: dict[str, Any] = {
         "path": str(meta_path.resolve()),
-        "format": meta.get("format", "objectrl-metadata-only"),
-        "buffer_size": meta["buffer_size"],
-        "data_size": meta["data_size"],
-        "pointer": meta["pointer"],
+        "format": meta.format or "objectrl-metadata-only",
+        "buffer_size": meta.buffer_size,
+        "data_size": meta.data_size,
+        "pointer": meta.pointer,
     }
-    fmt = meta.get("format")
-    if fmt is None:
+    if meta.data_dir is None:
         out["note"] = "metadata only (ObjectRL's format): no transitions are stored"
         return out
-    # The format tag is part of the file format (replaystore.transitions.checkpoint);
-    # matching it here avoids importing torch and tensordict for a summary.
-    if not str(fmt).startswith(CHECKPOINT_FORMAT_PREFIX):
-        raise UsageError(f"{meta_path} has an unknown checkpoint format {fmt!r}")
-    sampler = dict(meta.get("sampler") or {})
-    sampler.pop("priorities", None)
-    data_dir = meta_path.parent / str(meta.get("data_dir"))
-    fields = meta.get("fields") or []
-    expected = [(data_dir / f["file"], f["nbytes"]) for f in fields]
-    if (meta.get("sampler") or {}).get("priorities"):
-        p = meta["sampler"]["priorities"]
-        expected.append((data_dir / p["file"], p["nbytes"]))
-    complete = all(f.is_file() and f.stat().st_size == n for f, n in expected)
     out.update(
-        sampler=sampler,
-        fields=_fields(meta),
-        data_dir=str(data_dir.resolve()),
-        data_bytes=sum(n for _, n in expected),
-        data_files_complete=complete,
+        sampler=meta.sampler,
+        fields=[{"name": c.name, "dtype": c.dtype, "shape": list(c.shape)} for c in meta.columns],
+        data_dir=str(meta.data_dir.resolve()),
+        data_bytes=sum(f.nbytes for f in meta.files()),
+        data_files_complete=meta.complete(),
     )
     return out
 
@@ -287,7 +213,12 @@ def _memmap_stats(directory: Path) -> dict[str, Any]:
     meta = _load_json(directory / "buffer.json")
     if not isinstance(meta, dict) or not {"capacity", "size", "pointer"} <= meta.keys():
         raise UsageError(f"{directory / 'buffer.json'} is not a memory-mapped transitions buffer")
-    files = [directory / f["file"] for f in meta.get("fields") or [] if "file" in f]
+    where = directory / "buffer.json"
+    files = [
+        confine_name(directory, f["file"], where, "column file")
+        for f in meta.get("fields") or []
+        if "file" in f
+    ]
     return {
         "path": str(directory.resolve()),
         "format": meta.get("format"),
@@ -373,7 +304,7 @@ def _print_stats(args: argparse.Namespace, path: Path) -> int:
     if kind == "trajectory_storage":
         summary = _trajectory_stats(target, args.success_threshold)
     elif kind == "sqlite_experience_store":
-        summary = _sqlite_stats(target)
+        summary = sqlite_experience.read_summary(target)
     elif kind == "transitions_checkpoint":
         summary = _checkpoint_stats(target)
     else:

@@ -2,11 +2,14 @@
 
 Two readers with one interface (:class:`ExperienceReader`):
 
-* :class:`SqliteReader` opens the SQLite file with ``mode=ro`` (opening it with
+* :class:`SqliteReader` opens the SQLite file read-only with
+  :func:`~replaystore.formats.sqlite_experience.open_readonly` (``mode=ro``, never
+  ``immutable``; opening it with
   :class:`~replaystore.experience.storage.sqlite.SqliteStorage` would create its
-  tables and switch the journal to WAL, i.e. write). Filters compile with the
-  store's own SQL compiler (:func:`~replaystore.experience.query.compile_sql`),
-  so a filter selects exactly the rows the store's queries would.
+  tables and switch the journal to WAL, i.e. write), so rows a writer adds show
+  on the next page load. Filters compile with the store's own SQL compiler
+  (:func:`~replaystore.experience.query.compile_sql`), so a filter selects
+  exactly the rows the store's queries would.
 * :class:`StorageReader` wraps an opened storage (PostgreSQL, through
   :func:`~replaystore.experience.storage.urls.open_storage`) and calls only its
   reading methods.
@@ -27,6 +30,7 @@ from typing import Any, Protocol
 from replaystore.errors import QueryError, StorageError
 from replaystore.experience.query import OPS, Condition, QueryBuilder, compile_sql
 from replaystore.experience.rows import META_FIELDS, DataRow, ExpMeta, decode_experiences
+from replaystore.formats.sqlite_experience import open_readonly
 
 __all__ = [
     "FILTER_OPS",
@@ -114,11 +118,12 @@ _COLUMNS = "id, " + ", ".join(META_FIELDS) + ", data"
 class SqliteReader:
     """A SQLite experience store opened read-only (``mode=ro``; nothing is ever written).
 
-    A store with no ``-wal`` file (no writer active) is opened ``immutable``: rows a
-    writer adds after the viewer started show up after a restart of the viewer.
+    Never ``immutable``: each page reads the rows committed before it, so rows a
+    writer adds while the viewer runs show on the next page load.
 
     Raises:
-        StorageError: the file cannot be opened or has no replaystore ``rows`` table.
+        StorageError: the file cannot be opened read-only or has no replaystore
+            ``rows`` table (see :func:`~replaystore.formats.sqlite_experience.open_readonly`).
 
     Thread safety: one connection shared by the server's threads under a lock.
     """
@@ -126,22 +131,7 @@ class SqliteReader:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.description = f"SQLite experience store {self.path.resolve()}"
-        # No -wal file: no writer is active, so open it immutable (SQLite then creates no
-        # -shm/-wal side files either). With one, a plain read-only connection (SQLite's
-        # readers share the writers' -shm index; the database file is never written).
-        live = Path(f"{self.path}-wal").exists()
-        mode = "mode=ro" if live else "mode=ro&immutable=1"
-        try:
-            self._conn = sqlite3.connect(
-                f"{self.path.resolve().as_uri()}?{mode}", uri=True, check_same_thread=False
-            )
-            columns = {r[1] for r in self._conn.execute("PRAGMA table_info(rows)")}
-        except sqlite3.Error as exc:
-            raise StorageError(f"cannot open SQLite store {self.path} read-only: {exc}") from None
-        if not {"id", "data", *META_FIELDS} <= columns:
-            raise StorageError(
-                f"{self.path} is a SQLite file but not a replaystore experience store"
-            )
+        self._conn = open_readonly(self.path, ("id", *META_FIELDS, "data"))
         self._lock = threading.Lock()
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

@@ -5,7 +5,12 @@
 
 have their column files mapped with ``numpy.memmap(mode="r")``: only the pages
 of the columns shown (reward, done, priorities) are read, and nothing is
-written (the buffer's own reopen maps its files read-write).
+written (the buffer's own reopen maps its files read-write). A checkpoint's
+metadata is read by :func:`~replaystore.formats.transitions_checkpoint.read_checkpoint_meta`
+(as ``replaystore stats`` reads it); every file name read from a checkpoint or a
+``buffer.json`` is confined to its directory
+(:func:`~replaystore.formats.transitions_checkpoint.confine_name`), so a crafted
+file cannot make the viewer map another file.
 
 Episode returns are the sums of the reward column between done flags (the first
 column named ``done``, ``terminated``, ``terminal`` or ``dones``; ``truncated``
@@ -16,7 +21,6 @@ so that first partial episode is left out; an unfinished last episode too.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from replaystore.errors import StorageError
+from replaystore.formats.transitions_checkpoint import (
+    confine_name,
+    is_zip_archive,
+    read_checkpoint_meta,
+)
 
 __all__ = ["TransitionsSummary", "read_transitions"]
 
@@ -181,22 +190,28 @@ def read_transitions(kind: str, target: str | Path) -> TransitionsSummary:
     """
     target = Path(target)
     if kind == "transitions_checkpoint":
-        try:
-            meta = json.loads(target.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        if is_zip_archive(target):
             raise StorageError(
-                f"{target} is not a replaystore checkpoint (ObjectRL's metadata-only "
-                "checkpoints hold no transitions to show)"
-            ) from None
-        if not isinstance(meta, dict) or not str(meta.get("format", "")).startswith(
-            "replaystore.transitions.checkpoint/"
-        ):
-            raise StorageError(f"{target} is not a replaystore transitions checkpoint")
-        capacity, size, pointer, fields = _layout(meta, target, "buffer_size", "data_size")
-        data_dir = target.parent / str(meta.get("data_dir"))
+                f"{target} is ObjectRL's metadata-only checkpoint (torch.save): it holds no "
+                "transitions to show"
+            )
+        # The one reader of the format: it confines every name the file gives to the
+        # checkpoint's directory, so a crafted checkpoint cannot make the viewer map
+        # another file.
+        ckpt = read_checkpoint_meta(target)
+        if ckpt.data_dir is None:
+            raise StorageError(
+                f"{target} is ObjectRL's metadata-only checkpoint: it holds no transitions to show"
+            )
+        capacity, size, pointer = ckpt.buffer_size, ckpt.data_size, ckpt.pointer
+        if not 0 <= size <= capacity:
+            raise StorageError(f"{target}: size {size} outside 0..capacity {capacity}")
+        fields: list[dict[str, Any]] = [
+            {"name": c.name, "dtype": c.dtype, "shape": list(c.shape), "file": c.path}
+            for c in ckpt.columns
+        ]
         rows = size  # a checkpoint stores rows 0..size-1 only
-        pri_meta = (meta.get("sampler") or {}).get("priorities")
-        pri_file = data_dir / str(pri_meta["file"]) if pri_meta else None
+        pri_file = None if ckpt.priorities is None else ckpt.priorities.path
     elif kind == "transitions_memmap":
         from replaystore.transitions.storage import MemmapStorage
 
@@ -204,16 +219,21 @@ def read_transitions(kind: str, target: str | Path) -> TransitionsSummary:
         if found is None:
             raise StorageError(f"{target} has no buffer.json")
         meta = dict(found)
-        capacity, size, pointer, fields = _layout(meta, target / "buffer.json", "capacity", "size")
-        data_dir = target
+        where = target / "buffer.json"
+        capacity, size, pointer, fields = _layout(meta, where, "capacity", "size")
+        for f in fields:
+            f["file"] = confine_name(target, f["file"], where, "column file")
         rows = capacity  # the column files span the whole ring
         pri_meta = meta.get("priorities")
-        pri_file = target / str(pri_meta.get("file", "priorities.bin")) if pri_meta else None
+        pri_file = None
+        if pri_meta:
+            name = pri_meta.get("file", "priorities.bin")
+            pri_file = confine_name(target, name, where, "priorities file")
     else:
         raise ValueError(f"unknown transitions kind {kind!r}")
     columns: dict[str, Any] = {}
-    for f in fields:
-        column = _map_column(data_dir / f.pop("file"), f["dtype"], tuple(f["shape"]), rows)
+    for f in fields:  # every file path is confined to the buffer's directory by now
+        column = _map_column(f.pop("file"), f["dtype"], tuple(f["shape"]), rows)
         if column is not None:
             columns[f["name"]] = column
     priorities = None

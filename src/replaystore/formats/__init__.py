@@ -1,0 +1,16 @@
+"""Readers of replaystore's on-disk formats for tools that only look: one reader per format.
+
+* :mod:`~replaystore.formats.sqlite_experience`: a SQLite experience store
+  (what :class:`~replaystore.experience.storage.sqlite.SqliteStorage` writes),
+  opened read-only, and its summary;
+* :mod:`~replaystore.formats.transitions_checkpoint`: the metadata of a
+  transitions checkpoint (what ``ReplayBuffer.save`` writes), with the data
+  files it names confined to the checkpoint's directory.
+
+``replaystore stats`` and ``replaystore view`` read these formats through these
+modules only. They import neither torch nor the packages that write the formats
+(``replaystore.experience``, ``replaystore.transitions``), so a summary starts
+in milliseconds.
+"""
+
+__all__: list[str] = []
