@@ -17,7 +17,7 @@ from replaystore.formats.transitions_checkpoint import read_checkpoint_meta
 from .stores import make_transitions
 
 pytest.importorskip("starlette")
-from replaystore.view import build_app  # noqa: E402
+from replaystore.view import build_app
 
 
 def _secret_like_the_reward_column(path: Path, column: Path) -> Path:
