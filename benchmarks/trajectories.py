@@ -22,6 +22,24 @@ In one run:
   subprocess after ``import torch, replaystore.trajectories``) of a buffer opened
   with ``ReplayBuffer.from_storage`` over 1,000,000 stored steps, after one
   100k-sample draw and a few accesses.
+* **files against WebGym's writer** (issue 25, goal 3): the same 5,000 WebGym-shaped
+  steps (500 trajectories of 10; a ~2.9k-character prompt: a fixed system prompt,
+  then the task, the previous actions and a page excerpt of seeded random words;
+  a ~220-character response) written by ``TrajectoryStorage.save_iteration``
+  (format 3, and format 2 for reference) and by a writer shaped like WebGym's
+  ``save_trajectories_incremental`` (``webgym/utils/trajectory_storage.py``: strip
+  page metadata to title and url, add keypoint step ids, ``torch.save`` of
+  ``{"trajectories", "metadata"}``, components as plain classes with WebGym's
+  attributes). Bytes per step on disk; write time (median of interleaved fresh
+  writes; ours includes its fsync, WebGym's ``torch.save`` has none); the messages
+  of 1,000 random samples (``get_training_samples(1000)`` then ``s["message"]``)
+  from ``ReplayBuffer.from_storage``: cold (a freshly opened buffer, median of 5)
+  and steady (later draws on one buffer, median).
+* **our rollout output**: trajectories of 5, 10 and 20 steps whose steps are made by
+  the collector's own prompt path (``WebAgent.act``: ``ConversationBuilder``, the
+  prompt stored as ``json.dumps`` of the messages, ``file://`` screenshots under the
+  storage root) with a fixed-reply policy (no browser needed), saved by
+  ``save_iteration``: bytes per step must stay flat as trajectories grow.
 
 ``--quick`` shrinks every size ~10-20x to smoke-test the script. With ``--out``,
 the generated tables replace the text between the BEGIN/END GENERATED markers.
@@ -342,7 +360,7 @@ def bench_storage_rss(n_steps: int, k: int, workdir: Path) -> tuple[list[list[st
     delta_use = (r["after_use"] - r["base"]) / mib
     rows = [
         [
-            f"from_storage over {r['steps']:,} steps ({size:,.0f} MiB of JSONL)",
+            f"from_storage over {r['steps']:,} steps ({size:,.0f} MiB of format 3 files)",
             f"{r['open_s']:.2f} s",
             f"{(r['after_open'] - r['base']) / mib:,.0f} MiB",
             f"{delta_use:,.0f} MiB",
@@ -357,6 +375,373 @@ def bench_storage_rss(n_steps: int, k: int, workdir: Path) -> tuple[list[list[st
         ],
     ]
     return rows, delta_use
+
+
+# --------------------------------------------------------------------------- files vs WebGym
+
+WEBGYM_STEPS = 5_000
+WEBGYM_STEPS_PER_TRAJ = 10
+_ACTIONS = (
+    "click [id]: click the element with that id",
+    "type [id] [text]: type text into a field, then press enter",
+    "scroll [up|down]: scroll the page by one screen",
+    "hover [id]: move the mouse over an element",
+    "go_back: return to the previous page",
+    "goto [url]: open a URL",
+    "answer [text]: submit the final answer to the task",
+)
+WEBGYM_SYSTEM = (
+    "You are a web agent operating a real browser to complete a user's task. Each turn you "
+    "see a screenshot of the page and a summary of what you did so far. Think about the "
+    "page, then reply with your reasoning inside <think></think> and exactly one action on "
+    "the last line, in the form 'Action: <action>'. Available actions:\n"
+    + "\n".join(f"- {a}" for a in _ACTIONS)
+    + "\nRules: never invent element ids; prefer the search box of the site over "
+    "browsing menus; when a pop-up or cookie banner hides the page, close it first; when "
+    "the page does not change after an action, try another element; stop and answer as "
+    "soon as the page shows the information the task asks for. If the site blocks you "
+    "(captcha, login wall), answer 'blocked'. Keep your reasoning short and factual, name "
+    "the element you act on and why, and do not repeat an action that failed twice. The "
+    "screenshot is the ground truth: do not rely on what you expect a page to contain, "
+    "read it. Numbers, dates and names in your answer must be copied from the page."
+)
+
+
+def _vocabulary(rng: np.random.Generator, size: int = 400) -> list[str]:
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    return ["".join(rng.choice(letters, int(rng.integers(3, 10)))) for _ in range(size)]
+
+
+def _words(rng: np.random.Generator, vocabulary: list[str], chars: int) -> str:
+    out: list[str] = []
+    length = 0
+    while length < chars:
+        word = vocabulary[int(rng.integers(len(vocabulary)))]
+        out.append(word)
+        length += len(word) + 1
+    return " ".join(out)[:chars]
+
+
+def webgym_shaped(n_steps: int, seed: int = 0) -> list[list[dict[str, Any]]]:
+    """WebGym-shaped trajectories: ~2.9k-character prompts, ~220-character responses."""
+    rng = np.random.default_rng(seed)
+    vocabulary = _vocabulary(rng)
+    trajs = []
+    for t in range(n_steps // WEBGYM_STEPS_PER_TRAJ):
+        name = "Find " + _words(rng, vocabulary, 60)
+        task = Task(
+            name,
+            "Lifestyle & Leisure",
+            "Shopping",
+            f"https://site{t}.example",
+            2,
+            None,
+            None,
+            task_id=t,
+            max_steps=WEBGYM_STEPS_PER_TRAJ,
+        )
+        steps = []
+        done: list[str] = []
+        for s in range(WEBGYM_STEPS_PER_TRAJ):
+            last = s == WEBGYM_STEPS_PER_TRAJ - 1
+            image = f"/data/webgym/screenshots/iteration1/{t:05d}/step_{s:02d}.png"
+            text = (
+                f"Task: {name}\nWebsite: {task.website}\nPrevious actions:\n"
+                + "\n".join(done[-5:])
+                + f"\nCurrent page (step {s + 1}), visible text:\n"
+            )
+            text += _words(rng, vocabulary, 1_330 - len(text))
+            messages = [
+                {"role": "system", "content": WEBGYM_SYSTEM},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": text},
+                        {"type": "image_url", "image_url": {"url": f"file://{image}"}},
+                    ],
+                },
+            ]
+            action = f"click [{int(rng.integers(1, 200))}]"
+            reply = f"<think>{_words(rng, vocabulary, 190)}</think>\nAction: {action}"
+            steps.append(
+                {
+                    "observation": Observation(
+                        task, image, None, {"title": f"Page {s}", "url": f"{task.website}/{s}"}
+                    ),
+                    "action": Action({"key": "click", "element": action[7:-1]}, action),
+                    "response": Response(reply, {"action": action}, json.dumps(messages)),
+                    "reward": Reward(
+                        (1.0 if t % 5 < 3 else 0.0) if last else 0.0, None, submit=last
+                    ),
+                    "same_as_next_screenshot": (s % 3 == 1) and not last,
+                }
+            )
+            done.append(f"Step {s + 1}: {action}")
+        trajs.append(steps)
+    return trajs
+
+
+class _WebGymComponent:
+    """WebGym's components are plain classes whose attributes pickle as a __dict__."""
+
+    def __init__(self, **fields: Any) -> None:
+        self.__dict__.update(fields)
+
+
+class WgTask(_WebGymComponent):
+    pass
+
+
+class WgObservation(_WebGymComponent):
+    pass
+
+
+class WgAction(_WebGymComponent):
+    pass
+
+
+class WgResponse(_WebGymComponent):
+    pass
+
+
+class WgReward(_WebGymComponent):
+    pass
+
+
+def as_webgym(trajectories: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The same steps with WebGym-shaped component objects (same attributes and values)."""
+    import dataclasses
+
+    def fields(obj: Any) -> dict[str, Any]:
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+
+    out = []
+    for traj in trajectories:
+        task = WgTask(**fields(traj[0]["observation"].task))
+        steps = []
+        for step in traj:
+            obs = fields(step["observation"])
+            obs["task"] = task
+            steps.append(
+                {
+                    "observation": WgObservation(**obs),
+                    "action": WgAction(**fields(step["action"])),
+                    "response": WgResponse(**fields(step["response"])),
+                    "reward": WgReward(**fields(step["reward"])),
+                    "same_as_next_screenshot": step["same_as_next_screenshot"],
+                }
+            )
+        out.append(steps)
+    return out
+
+
+def webgym_save(trajectories: list[Any], base_dir: Path, split: str = "train") -> Path:
+    """A writer shaped like WebGym's ``save_trajectories_incremental``: next iteration
+    number from the directory, page metadata cut to title and url, keypoint step ids
+    on each first step, then ``torch.save({"trajectories", "metadata"})``."""
+    import datetime
+    import os
+    import re
+
+    import torch
+
+    directory = base_dir / f"{split}_trajectories"
+    os.makedirs(directory, exist_ok=True)
+    pattern = re.compile(rf"{split}_trajectories\.pt\.iteration(\d+)$")
+    found = [int(m.group(1)) for n in os.listdir(directory) if (m := pattern.match(n))]
+    iteration = max(found, default=0) + 1
+    path = directory / f"{split}_trajectories.pt.iteration{iteration}"
+    for traj in trajectories:
+        for step in traj:
+            obs = step["observation"]
+            if getattr(obs, "page_metadata", None) is not None:
+                meta = obs.page_metadata
+                obs.page_metadata = {
+                    "title": meta.get("title", "Unknown"),
+                    "url": meta.get("url", "Unknown"),
+                }
+        keypoints = [i for i, step in enumerate(traj) if getattr(step["reward"], "submit", False)]
+        traj[0].setdefault("trajectory_metadata", {})["keypoint_step_ids"] = keypoints
+    metadata = {"timestamp": datetime.datetime.now().isoformat(), "iteration": iteration}
+    torch.save({"trajectories": trajectories, "metadata": metadata}, path)
+    return path
+
+
+def _read_messages(buffer: ReplayBuffer, k: int, seed: int) -> float:
+    samples = buffer.get_training_samples(k, 1.0, seed=seed)
+    start = time.perf_counter()
+    for sample in samples:
+        sample["message"]
+    return time.perf_counter() - start
+
+
+def bench_files(workdir: Path, repeats: int) -> tuple[list[list[str]], dict[str, float]]:
+    trajs = webgym_shaped(WEBGYM_STEPS)
+    webgym = as_webgym(trajs)
+    n = WEBGYM_STEPS
+    sizes: dict[str, int] = {}
+    times: dict[str, list[float]] = {"v3": [], "v2": [], "webgym": []}
+    cpu: dict[str, list[float]] = {"v3": [], "v2": [], "webgym": []}
+    for r in range(repeats):
+        for name in ("v3", "v2", "webgym"):  # interleaved, a fresh directory each time
+            target = workdir / f"files_{name}_{r}"
+            gc.collect()
+            start, start_cpu = time.perf_counter(), time.process_time()
+            if name == "webgym":
+                path = webgym_save(webgym, target)
+            else:
+                path = TrajectoryStorage(target, format_version=int(name[1])).save_iteration(
+                    1, trajs
+                )
+            times[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - start_cpu)
+            sizes[name] = path.stat().st_size
+            if r < repeats - 1:
+                shutil.rmtree(target)
+    med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+    med_cpu = {k: sorted(v)[len(v) // 2] for k, v in cpu.items()}
+    k = 1_000
+    reads: dict[str, tuple[float, float]] = {}
+    for name in ("v3", "v2"):
+        root = workdir / f"files_{name}_{repeats - 1}"
+        cold = sorted(
+            _read_messages(ReplayBuffer.from_storage(root), k, seed) for seed in range(5)
+        )[2]
+        buffer = ReplayBuffer.from_storage(root)
+        for seed in range(3):
+            _read_messages(buffer, k, 100 + seed)
+        steady = sorted(_read_messages(buffer, k, 200 + seed) for seed in range(15))[7]
+        reads[name] = (cold, steady)
+    rows = [
+        [
+            "replaystore, format 3 (zstd frames, shared messages)",
+            f"{sizes['v3'] / n:,.0f}",
+            fmt_ratio(sizes["webgym"] / sizes["v3"]),
+            f"{med['v3'] * 1e3:,.0f} ms ({med_cpu['v3'] * 1e3:,.0f} ms CPU)",
+            fmt_ratio(med["webgym"] / med["v3"]),
+            f"{reads['v3'][0] * 1e3:.1f} ms / {reads['v3'][1] * 1e3:.1f} ms",
+        ],
+        [
+            "replaystore, format 2 (JSON lines, the previous format)",
+            f"{sizes['v2'] / n:,.0f}",
+            fmt_ratio(sizes["webgym"] / sizes["v2"]),
+            f"{med['v2'] * 1e3:,.0f} ms ({med_cpu['v2'] * 1e3:,.0f} ms CPU)",
+            fmt_ratio(med["webgym"] / med["v2"]),
+            f"{reads['v2'][0] * 1e3:.1f} ms / {reads['v2'][1] * 1e3:.1f} ms",
+        ],
+        [
+            "WebGym-shaped writer (torch.save pickle)",
+            f"{sizes['webgym'] / n:,.0f}",
+            "1.00x",
+            f"{med['webgym'] * 1e3:,.0f} ms ({med_cpu['webgym'] * 1e3:,.0f} ms CPU)",
+            "1.00x",
+            "in memory",
+        ],
+    ]
+    facts = {
+        "bytes_v3": sizes["v3"] / n,
+        "bytes_webgym": sizes["webgym"] / n,
+        "write_ratio": med["webgym"] / med["v3"],
+        "write_ratio_cpu": med_cpu["webgym"] / med_cpu["v3"],
+        "read_cold_ms": reads["v3"][0] * 1e3,
+        "read_steady_ms": reads["v3"][1] * 1e3,
+    }
+    return rows, facts
+
+
+class _FixedReply:
+    """A policy that always answers the same way (the prompt path is what is measured)."""
+
+    async def respond(self, request: Any) -> str:
+        return (
+            f"<think>Step {request.step + 1}: the page lists the results; the link that "
+            f"matches the task is the next one down.</think>\nAction: click [{request.step + 3}]"
+        )
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _rollout_trajectories(root: Path, length: int, count: int) -> list[list[dict[str, Any]]]:
+    """``count`` trajectories of ``length`` steps made by ``WebAgent.act``."""
+    import asyncio
+
+    from replaystore.rollouts.policy import WebAgent
+
+    agent = WebAgent(_FixedReply(), image_urls="file")  # type: ignore[arg-type]
+    shots = root / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    png = shots / "blank.png"
+    Image.new("RGB", (64, 40), (250, 250, 250)).save(png)
+    data = png.read_bytes()
+
+    async def one(t: int) -> list[dict[str, Any]]:
+        task = Task(
+            f"Find the opening hours of store {t}",
+            "shopping",
+            "stores",
+            "http://127.0.0.1:8000/shop",
+            2,
+            None,
+            None,
+            task_id=f"shop-{t}",
+        )
+        steps: list[dict[str, Any]] = []
+        for s in range(length):
+            image = shots / f"{t:03d}_{s:02d}.png"
+            image.write_bytes(data)
+            tree = "\n".join(
+                f"[{i}] {('link', 'button', 'textbox')[i % 3]} 'item {t}-{s}-{i} of the list' "
+                f"@({40 + i * 7},{120 + i * 18})"
+                for i in range(25)
+            )
+            obs = Observation(
+                task,
+                str(image),
+                tree,
+                {"url": f"http://127.0.0.1:8000/shop/page{s}", "title": f"Shop {s}"},
+            )
+            response = await agent.act(task, obs, steps, step=s, iteration=1)
+            last = s == length - 1
+            steps.append(
+                {
+                    "observation": obs,
+                    "action": Action({"key": "click", "element": s + 3}, f"click [{s + 3}]"),
+                    "response": response,
+                    "reward": Reward(1.0 if last else 0.0, None, submit=last),
+                    "same_as_next_screenshot": False,
+                }
+            )
+        return steps
+
+    async def all_of() -> list[list[dict[str, Any]]]:
+        return [await one(t) for t in range(count)]
+
+    return asyncio.run(all_of())
+
+
+def bench_rollout_bytes(workdir: Path, count: int) -> tuple[list[list[str]], list[float]]:
+    rows = []
+    per_step: list[float] = []
+    for length in (5, 10, 20):
+        sizes = {}
+        for version in (3, 2):
+            root = workdir / f"rollout_{length}_v{version}"
+            trajs = _rollout_trajectories(root, length, count)
+            path = TrajectoryStorage(root, format_version=version).save_iteration(1, trajs)
+            sizes[version] = path.stat().st_size / (length * count)
+            prompt = sum(len(s["response"].raw_prompt) for t in trajs for s in t) / (length * count)
+        per_step.append(sizes[3])
+        rows.append(
+            [
+                f"{length} steps ({count} trajectories)",
+                f"{prompt:,.0f}",
+                f"{sizes[2]:,.0f}",
+                f"{sizes[3]:,.0f}",
+                fmt_ratio(sizes[2] / sizes[3]),
+            ]
+        )
+    return rows, per_step
 
 
 def _met(ok: bool) -> str:
@@ -390,6 +775,8 @@ def main(argv: list[str] | None = None) -> int:
         sampling, first_ratio, ratio = bench_sampling(pool, k, repeats * 3)
         materialise = bench_materialise(min(build_steps, 20_000))
         storage, rss = bench_storage_rss(stored_steps, k, workdir)
+        files, facts = bench_files(workdir, 3 if q else 7)
+        rollout, rollout_bytes = bench_rollout_bytes(workdir, 4 if q else 20)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -418,6 +805,33 @@ def main(argv: list[str] | None = None) -> int:
             ["buffer", "open time", "RSS after open", "RSS after use", "peak RSS"], storage
         ),
         "",
+        "### Trajectory files against WebGym's writer (5,000 WebGym-shaped steps)",
+        "",
+        markdown_table(
+            [
+                "writer",
+                "bytes/step",
+                "WebGym / ours (size)",
+                "write, wall (CPU), median",
+                "WebGym / ours (time)",
+                "messages of 1,000 random samples, cold / steady",
+            ],
+            files,
+        ),
+        "",
+        "### Our rollout output: bytes per step as trajectories grow",
+        "",
+        markdown_table(
+            [
+                "trajectory length",
+                "prompt chars/step",
+                "format 2 B/step",
+                "format 3 B/step",
+                "format 2 / format 3",
+            ],
+            rollout,
+        ),
+        "",
         "### Targets" + (" (quick mode: smaller sizes)" if q else ""),
         "",
         markdown_table(
@@ -442,6 +856,31 @@ def main(argv: list[str] | None = None) -> int:
                     f"from_storage over {stored_steps:,} steps < 300 MB resident",
                     f"{rss:,.0f} MiB",
                     _met(rss < 300),
+                ],
+                [
+                    "trajectory file bytes/step <= WebGym's pickle",
+                    f"{facts['bytes_v3']:,.0f} vs {facts['bytes_webgym']:,.0f}",
+                    _met(facts["bytes_v3"] <= facts["bytes_webgym"]),
+                ],
+                [
+                    "writing at least as fast as WebGym's writer (WebGym time / ours >= 1, wall)",
+                    f"{facts['write_ratio']:.2f}x (CPU time: {facts['write_ratio_cpu']:.2f}x)",
+                    _met(facts["write_ratio"] >= 1.0),
+                ],
+                [
+                    "messages of 1,000 random samples from a file-backed buffer <= 5 ms (steady)",
+                    f"{facts['read_steady_ms']:.1f} ms",
+                    _met(facts["read_steady_ms"] <= 5.0),
+                ],
+                [
+                    "  the same, first read of a freshly opened buffer (cold; no target)",
+                    f"{facts['read_cold_ms']:.1f} ms",
+                    "",
+                ],
+                [
+                    "rollout bytes/step flat from 5 to 20 steps (20-step / 5-step <= 1.1)",
+                    f"{rollout_bytes[-1] / rollout_bytes[0]:.2f}",
+                    _met(rollout_bytes[-1] / rollout_bytes[0] <= 1.1),
                 ],
             ],
         ),

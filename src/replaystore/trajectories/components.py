@@ -77,6 +77,10 @@ domain_subdomain_map: dict[str, list[str]] = {
 }
 
 
+# The field names of each component class, in order (to_dict runs once per step saved).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 class _Component:
     """Shared JSON conversion: ``to_dict`` gives JSON values, ``from_dict`` checks fields."""
 
@@ -118,10 +122,13 @@ class _Component:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a dict of JSON-compatible values (nested components as dicts)."""
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = self._field_names()
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            out[f.name] = value.to_dict() if isinstance(value, _Component) else value
+        for name in names:
+            value = getattr(self, name)
+            out[name] = value.to_dict() if isinstance(value, _Component) else value
         return out
 
     @classmethod

@@ -106,7 +106,7 @@ READABLE_VERSIONS = (1, 2, 3)
 #: Versions :class:`TrajectoryStorage` can write (``format_version=``).
 WRITABLE_VERSIONS = (2, 3)
 #: Default zstandard level of version 3 frames.
-COMPRESSION_LEVEL = 3
+COMPRESSION_LEVEL = 2
 #: Default age (seconds) after which our own temporary files count as abandoned.
 STALE_TEMP_AGE_S = 3600.0
 _FILE_RE = re.compile(r"^iteration_(\d{6,})(?:\.rank(\d{3,}))?\.jsonl$")
@@ -116,14 +116,15 @@ _NO_CRC = -1
 # Version 3 frame codecs (index.frame_codec): stored as they are, or one zstandard frame.
 _CODEC_RAW = 0
 _CODEC_ZSTD = 1
-# How a split prompt's messages are joined back into its exact text: json.dumps keywords
-# of each message and the separator between them (index = the style code in a head line).
-_PROMPT_STYLES: tuple[tuple[dict[str, Any], str], ...] = (
-    ({"ensure_ascii": False}, ", "),
-    ({"ensure_ascii": True}, ", "),
-    ({"ensure_ascii": False, "separators": (",", ":")}, ","),
-    ({"ensure_ascii": True, "separators": (",", ":")}, ","),
-)
+# The separator between the messages of a split prompt (index = "p" in its head line).
+_PROMPT_SEPARATORS = (", ", ",")
+# Encoders made once (json.dumps with options builds one per call).
+_STEP_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_SCAN = json.JSONDecoder().raw_decode
+# How many characters of a message's start index the messages already seen, and how
+# many texts are kept per start (the most recent).
+_KNOWN_KEY = 256
+_KNOWN_PER_KEY = 4
 _LISTING_RETRIES = 5
 # Step-line key: the step's prompt holds image URLs relative to the storage root.
 _RELATIVE_URLS = "relative_image_urls"
@@ -206,7 +207,7 @@ class TrajectoryStorage:
         format_version: the file format version written (:data:`WRITABLE_VERSIONS`;
             default :data:`VERSION`). 2 writes files that replaystore releases
             before format 3 read; every version in :data:`READABLE_VERSIONS` is read.
-        compression_level: zstandard level of version 3 frames (1-22; default 3).
+        compression_level: zstandard level of version 3 frames (1-22; default 2).
 
     Raises:
         ValueError: a negative ``stale_temp_age_s``.
@@ -414,7 +415,10 @@ class TrajectoryStorage:
         header_meta = dict(metadata or {})
         header_meta.setdefault("timestamp", _dt.datetime.now(_dt.UTC).isoformat())
         keep = self.keep_page_metadata if keep_page_metadata is None else bool(keep_page_metadata)
-        encoded = [self._encode_trajectory(t, traj, keep) for t, traj in enumerate(trajectories)]
+        known: dict[str, list[str]] = {}  # prompt messages seen in this iteration
+        encoded = [
+            self._encode_trajectory(t, traj, keep, known) for t, traj in enumerate(trajectories)
+        ]
         self._write(target, iteration, rank, header_meta, encoded)
         logger.info(
             "saved iteration %d rank %s: %d trajectories to %s",
@@ -426,7 +430,11 @@ class TrajectoryStorage:
         return target
 
     def _encode_trajectory(
-        self, t: int, trajectory: Sequence[Any], keep_page_metadata: bool
+        self,
+        t: int,
+        trajectory: Sequence[Any],
+        keep_page_metadata: bool,
+        known: dict[str, list[str]],
     ) -> _EncodedTrajectory:
         if isinstance(trajectory, (str, bytes, Mapping)) or not isinstance(trajectory, Sequence):
             raise TrajectoryError(
@@ -498,7 +506,7 @@ class TrajectoryStorage:
         record = not dummy and is_record_step(steps[-1])
         encoded = _EncodedTrajectory([], reward, dummy, same, has_prompt, record)
         if self.format_version >= 3:
-            self._fill_frame(encoded, t, steps, relative_urls)
+            self._fill_frame(encoded, t, steps, relative_urls, known)
         else:
             encoded.lines = _step_lines(t, steps, relative_urls)
         return encoded
@@ -509,9 +517,10 @@ class TrajectoryStorage:
         t: int,
         steps: Sequence[dict[str, Any]],
         relative_urls: Sequence[bool],
+        known: dict[str, list[str]],
     ) -> None:
         """Version 3: the trajectory's frame, its step checksums and message count."""
-        frame, crcs, messages = _frame_of(t, steps, relative_urls)
+        frame, crcs, messages = _frame_of(t, steps, relative_urls, known)
         codec = _CODEC_RAW
         if frame:
             packed = _zstd_compressor(self.compression_level).compress(frame)
@@ -527,8 +536,11 @@ class TrajectoryStorage:
             return image_path
         absolute = os.path.abspath(image_path)
         root = os.path.abspath(self.root)
-        if os.path.commonpath([absolute, root]) == root:
-            return os.path.relpath(absolute, root).replace(os.sep, "/")
+        inside = root.rstrip(os.sep) + os.sep
+        if absolute.startswith(inside):
+            return absolute[len(inside) :].replace(os.sep, "/")
+        if absolute == root:
+            return "."
         return absolute
 
     def _resolve(self, image_path: Any) -> Any:
@@ -831,7 +843,7 @@ class TrajectoryStorage:
                 steps = []
                 for s in range(int(header.lengths[t])):
                     where = f"{file.path} trajectory {t} step {s}"
-                    head, step_raw = _frame_head(frame, s, int(header.line_crc[first + s]), where)
+                    head, step_raw = _checked_head(frame, s, int(header.line_crc[first + s]), where)
                     steps.append(self._decode_frame_step(frame, head, step_raw, where))
                 first += len(steps)
                 out.append(steps)
@@ -1023,6 +1035,7 @@ class TrajectoryStorage:
         numbered from ``first_t`` (frames and same-version lines are copied)."""
         path = header.file.path
         out: list[_EncodedTrajectory] = []
+        known: dict[str, list[str]] = {}
         starts = np.cumsum(header.lengths) - header.lengths
         if header.version >= 3:
             for t, frame in self._frames_of(header):
@@ -1041,7 +1054,7 @@ class TrajectoryStorage:
                     encoded.messages = int(header.message_counts[t])  # type: ignore[index]
                     encoded.step_crcs = header.line_crc[start : start + n].astype(np.uint32)
                     for s in range(n):  # verified before anything is written
-                        _frame_head(
+                        _checked_head(
                             frame,
                             s,
                             int(header.line_crc[start + s]),
@@ -1051,7 +1064,7 @@ class TrajectoryStorage:
                     dicts, relative = [], []
                     for s in range(n):
                         where = f"{path} trajectory {t} step {s}"
-                        head, step_raw = _frame_head(
+                        head, step_raw = _checked_head(
                             frame, s, int(header.line_crc[start + s]), where
                         )
                         data = json.loads(step_raw)
@@ -1094,7 +1107,7 @@ class TrajectoryStorage:
                         raise StorageError(
                             f"{path} line {start + i + 2}: malformed step line ({exc})"
                         ) from None
-                self._fill_frame(encoded, first_t + t, dicts, relative)
+                self._fill_frame(encoded, first_t + t, dicts, relative, known)
             else:
                 encoded.lines = [
                     _renumber(raw, first_t + t, f"{path} line {start + i + 2}")
@@ -1340,56 +1353,88 @@ def _step_lines(
     return lines
 
 
-# [the compiled replaystore._jsoncopy.copy or None], resolved on first use
-_COPY: list[Any] = []
+# [copy, dumps] of the compiled replaystore._jsoncopy, or [None, None]; resolved on first use
+_KERNEL: list[Any] = []
 
 
-def _json_copy() -> Any:
-    """``replaystore._jsoncopy.copy`` (a deep copy of parsed JSON), or None."""
-    if not _COPY:
+def _json_kernel() -> list[Any]:
+    """``[copy, dumps]`` of ``replaystore._jsoncopy`` (a deep copy of parsed JSON; the
+    text :data:`_STEP_ENCODER` writes, or NotImplemented), or ``[None, None]`` (not
+    compiled, or ``REPLAYSTORE_JSONCOPY=numpy``: Python's json does the work)."""
+    if not _KERNEL:
         from replaystore._kernels import resolve_kernel
 
         try:
             from replaystore import _jsoncopy as module
-        except ImportError:  # not compiled: the caller parses again
+        except ImportError:
             module = None
         kernel = resolve_kernel(
             module, None, env="REPLAYSTORE_JSONCOPY", argument="REPLAYSTORE_JSONCOPY"
         )
-        _COPY.append(None if kernel is None else kernel.copy)
-    return _COPY[0]
+        _KERNEL[:] = [None, None] if kernel is None else [kernel.copy, kernel.dumps]
+    return _KERNEL
 
 
-def _split_prompt(prompt: str) -> tuple[int, list[str]] | None:
-    """``(style, message texts)`` whose join (:data:`_PROMPT_STYLES`) is exactly
-    ``prompt``, or None (not a JSON list of messages, or written some other way:
-    then the prompt is stored as it is)."""
+def _json_copy() -> Any:
+    return _json_kernel()[0]
+
+
+def _split_prompt(prompt: str, known: dict[str, list[str]]) -> tuple[int, list[str]] | None:
+    """``(separator, message texts)`` with ``prompt == "[" + separator.join(texts) + "]"``
+    exactly (the texts are slices of ``prompt``), or None (not written as a JSON list
+    of objects with one of :data:`_PROMPT_SEPARATORS` and no other whitespace between
+    them: then the prompt is stored as it is).
+
+    Every text but the last is one JSON object (parsed here, or found in ``known``);
+    the last is the rest of the prompt, not parsed: a reader that finds it is not one
+    JSON value falls back to parsing the joined prompt, as before (same result, same
+    error). ``known`` indexes texts already parsed by their first characters: one
+    found again at the same place is taken without parsing (a JSON object ends where
+    its text ends, so the slice is the same value); new ones are added.
+    """
     if not prompt.startswith("[{") or not prompt.endswith("}]"):
         return None
-    try:
-        messages = json.loads(prompt)
-    except ValueError:
-        return None
-    if not isinstance(messages, list):
-        return None
-    for style, (keywords, separator) in enumerate(_PROMPT_STYLES):
-        try:
-            parts = [json.dumps(m, **keywords) for m in messages]
-        except (TypeError, ValueError):
+    parts: list[str] = []
+    separator = -1
+    last = len(prompt) - 1
+    i = 1
+    while True:
+        end = -1
+        for text in known.get(prompt[i : i + _KNOWN_KEY], ()):
+            if prompt.startswith(text, i):
+                end = i + len(text)
+                break
+        if end < 0 and separator >= 0 and prompt.find(_PROMPT_SEPARATORS[separator] + "{", i) < 0:
+            end = last  # the last message: the rest of the prompt
+        if end < 0:
+            try:
+                value, end = _SCAN(prompt, i)
+            except ValueError:
+                return None
+            if not isinstance(value, dict):
+                return None
+            texts = known.setdefault(prompt[i : i + _KNOWN_KEY], [])
+            texts.insert(0, prompt[i:end])
+            del texts[_KNOWN_PER_KEY:]
+        parts.append(prompt[i:end])
+        if end == last:
+            return max(separator, 0), parts
+        gap = 0 if prompt.startswith(", {", end) else 1 if prompt.startswith(",{", end) else -1
+        if gap < 0 or (separator >= 0 and gap != separator):
             return None
-        if len(prompt) == sum(map(len, parts)) + len(separator) * (len(parts) - 1) + 2 and (
-            prompt == "[" + separator.join(parts) + "]"
-        ):
-            return style, parts
-    return None
+        separator = gap
+        i = end + len(_PROMPT_SEPARATORS[gap])
 
 
-def _join_prompt(style: int, parts: Sequence[str]) -> str:
-    return "[" + _PROMPT_STYLES[style][1].join(parts) + "]"
+def _join_prompt(separator: int, parts: Sequence[str]) -> str:
+    return "[" + _PROMPT_SEPARATORS[separator].join(parts) + "]"
 
 
 def _frame_of(
-    t: int, steps: Sequence[dict[str, Any]], relative_urls: Sequence[bool]
+    t: int,
+    steps: Sequence[dict[str, Any]],
+    relative_urls: Sequence[bool],
+    known: dict[str, list[str]],
 ) -> tuple[bytes, NDArray[np.uint32], int]:
     """Version 3: ``(frame, CRC32 of each step's two lines, shared message count)``.
 
@@ -1397,28 +1442,39 @@ def _frame_of(
     (each the exact JSON text it had in its prompt, in order of first use), then
     per step a head line and a step line. The head line is ``{"s": step}``, plus
     ``"u": true`` when the prompt's image URLs are relative to the storage root,
-    and, when the prompt was split into shared messages, ``"p": style, "m": [message
-    numbers], "r": raw_response``; the step line is the step's dict, with
+    and, when the prompt was split into shared messages, ``"p": separator, "m":
+    [message numbers], "r": raw_response``; the step line is the step's dict, with
     ``raw_prompt`` and ``raw_response`` then left empty (they live in the head).
+    ``known``: see :func:`_split_prompt`.
     """
     ids: dict[str, int] = {}
     body: list[bytes] = []
     crcs = np.empty(len(steps), dtype=np.uint32)
+    encode = _STEP_ENCODER.encode
+    dumps = _json_kernel()[1]
     for s, d in enumerate(steps):
-        head: dict[str, Any] = {"s": s}
-        if relative_urls[s]:
-            head["u"] = True
+        url = ',"u":true' if relative_urls[s] else ""
         response = d.get("response")
         prompt = response.get("raw_prompt") if isinstance(response, dict) else None
-        split = _split_prompt(prompt) if isinstance(prompt, str) and prompt else None
-        if split is not None:
-            style, parts = split
-            head["p"] = style
-            head["m"] = [ids.setdefault(part, len(ids)) for part in parts]
-            head["r"] = response["raw_response"]  # type: ignore[index]
-            d = {**d, "response": {**response, "raw_prompt": "", "raw_response": ""}}  # type: ignore[dict-item]
-        head_line = _dumps(head, t, s).encode("utf-8") + b"\n"
-        step_line = _dumps(d, t, s).encode("utf-8") + b"\n"
+        split = _split_prompt(prompt, known) if isinstance(prompt, str) and prompt else None
+        try:
+            if split is not None:
+                separator, parts = split
+                numbers = ",".join([str(ids.setdefault(part, len(ids))) for part in parts])
+                reply = encode(response["raw_response"])  # type: ignore[index]
+                head = f'{{"s":{s}{url},"p":{separator},"m":[{numbers}],"r":{reply}}}\n'
+                d = {**d, "response": {**response, "raw_prompt": "", "raw_response": ""}}  # type: ignore[dict-item]
+            else:
+                head = f'{{"s":{s}{url}}}\n'
+            line = dumps(d) if dumps is not None else NotImplemented
+            if line is NotImplemented:
+                line = encode(d)
+        except (TypeError, ValueError) as exc:
+            raise TrajectoryError(
+                f"trajectory {t} step {s} cannot be stored as JSON: {exc}"
+            ) from None
+        head_line = head.encode("utf-8")
+        step_line = line.encode("utf-8") + b"\n"
         crcs[s] = zlib.crc32(step_line, zlib.crc32(head_line))
         body.append(head_line)
         body.append(step_line)
@@ -1524,7 +1580,9 @@ def _check_frames(
         )
 
 
-def _read_frame(path: Path, offset: int, length: int, crc: int, codec: int, where: str) -> bytes:
+def _read_frame(
+    path: str | Path, offset: int, length: int, crc: int, codec: int, where: str
+) -> bytes:
     """The decoded bytes of one version 3 frame, checked against its CRC32.
 
     Raises:
@@ -1555,6 +1613,10 @@ class _Frame:
 
     messages: list[str]
     lines: list[bytes]
+    #: Each step's head once parsed (its checksum verified), else None.
+    heads: list[dict[str, Any] | None]
+    #: Decoded bytes (what the frame costs in a cache).
+    size: int
 
 
 def _split_frame(data: bytes, n_messages: int, n_steps: int, where: str) -> _Frame:
@@ -1568,25 +1630,43 @@ def _split_frame(data: bytes, n_messages: int, n_steps: int, where: str) -> _Fra
         messages = [line.decode("utf-8") for line in lines[:n_messages]]
     except UnicodeDecodeError as exc:
         raise StorageError(f"{where}: malformed prompt message ({exc})") from None
-    return _Frame(messages, lines[n_messages:-1])
+    return _Frame(messages, lines[n_messages:-1], [None] * n_steps, len(data))
 
 
-def _frame_head(frame: _Frame, s: int, crc: int, where: str) -> tuple[dict[str, Any], bytes]:
-    """Step ``s`` of a frame: its head (parsed) and its step line, checksum verified."""
+class _Damaged(Exception):
+    """A step of a frame fails its checks (the caller names the step)."""
+
+
+def _frame_head(frame: _Frame, s: int, crc: int) -> dict[str, Any]:
+    """Step ``s``'s head, parsed once its two lines pass their checksum.
+
+    Raises:
+        _Damaged: the checksum fails or the head is malformed.
+    """
+    head = frame.heads[s]
+    if head is not None:
+        return head
     head_raw = frame.lines[2 * s] + b"\n"
-    step_raw = frame.lines[2 * s + 1] + b"\n"
-    if crc != _NO_CRC and zlib.crc32(step_raw, zlib.crc32(head_raw)) != crc:
-        raise StorageError(
-            f"{where}: step fails its CRC32 check (the file was changed or damaged after it "
-            "was written)"
+    if crc != _NO_CRC and zlib.crc32(frame.lines[2 * s + 1] + b"\n", zlib.crc32(head_raw)) != crc:
+        raise _Damaged(
+            "step fails its CRC32 check (the file was changed or damaged after it was written)"
         )
     try:
         head = json.loads(head_raw)
         if not isinstance(head, dict) or int(head["s"]) != s:
             raise ValueError(f"head line names step {head.get('s')!r}, expected {s}")
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise StorageError(f"{where}: malformed step head ({exc})") from None
-    return head, step_raw
+        raise _Damaged(f"malformed step head ({exc})") from None
+    frame.heads[s] = head
+    return head
+
+
+def _checked_head(frame: _Frame, s: int, crc: int, where: str) -> tuple[dict[str, Any], bytes]:
+    """:func:`_frame_head` and the step line, a failure a :class:`StorageError` at ``where``."""
+    try:
+        return _frame_head(frame, s, crc), frame.lines[2 * s + 1]
+    except _Damaged as exc:
+        raise StorageError(f"{where}: {exc}") from None
 
 
 def _head_prompt(frame: _Frame, head: Mapping[str, Any]) -> str:
@@ -1605,7 +1685,10 @@ class _FileSource:
 
     __slots__ = (
         "_cache",
+        "_cached_bytes",
+        "_message_chars",
         "_messages",
+        "_paths",
         "_root_url",
         "crcs",
         "file_of_step",
@@ -1617,10 +1700,11 @@ class _FileSource:
         "traj_local",
     )
 
-    #: Decoded frames kept (most recently used).
-    FRAME_CACHE = 256
-    #: Parsed prompt messages kept (by their text), before the cache is cleared.
-    MESSAGE_CACHE = 65_536
+    #: Decoded bytes of the frames kept (the most recently used).
+    FRAME_CACHE_BYTES = 64 * 2**20
+    #: Characters of parsed prompt messages kept (by their text) before the cache is
+    #: cleared (parsed, a message takes a few times its text).
+    MESSAGE_CACHE_CHARS = 16 * 2**20
 
     def __init__(
         self,
@@ -1636,13 +1720,17 @@ class _FileSource:
         self.storage = storage
         self.crcs = crcs  # CRC32 per indexed step; _NO_CRC for version 1 files
         self.files = files
+        self._paths = [str(path) for path in files]
         self.file_of_step = file_of_step
         self.offsets = offsets  # byte offset of each step line; -1 for version 3 steps
         self.traj_file = traj_file
         self.traj_local = traj_local
         self.frames = frames
         self._cache: OrderedDict[int, _Frame] = OrderedDict()
-        self._messages: dict[str, Any] = {}
+        self._cached_bytes = 0
+        # parsed messages by text: (plain, relative URLs resolved)
+        self._messages: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+        self._message_chars = 0
         self._root_url = root_url(storage.root)
 
     def trajectory_sequence(self) -> _StoredTrajectories:
@@ -1666,11 +1754,12 @@ class _FileSource:
             return frame
         frames = self.frames
         assert frames is not None
-        path = self.files[int(self.traj_file[traj])]
+        file_id = int(self.traj_file[traj])
+        path = self.files[file_id]
         where = f"trajectory {traj} (trajectory {int(self.traj_local[traj])} of {path})"
         try:
             data = _read_frame(
-                path,
+                self._paths[file_id],
                 int(frames.offset[traj]),
                 int(frames.length[traj]),
                 int(frames.crc[traj]),
@@ -1681,8 +1770,9 @@ class _FileSource:
             raise self._removed(path) from None
         frame = _split_frame(data, int(frames.messages[traj]), int(frames.steps[traj]), where)
         self._cache[traj] = frame
-        if len(self._cache) > self.FRAME_CACHE:
-            self._cache.popitem(last=False)
+        self._cached_bytes += frame.size
+        while self._cached_bytes > self.FRAME_CACHE_BYTES and len(self._cache) > 1:
+            self._cached_bytes -= self._cache.popitem(last=False)[1].size
         return frame
 
     def _read(self, pos: int, count: int, traj: int, step: int) -> list[dict[str, Any]]:
@@ -1694,7 +1784,7 @@ class _FileSource:
             frame = self._frame(traj)
             for i in range(count):
                 where = self.describe(traj, first + i)
-                head, step_raw = _frame_head(frame, first + i, int(self.crcs[pos + i]), where)
+                head, step_raw = _checked_head(frame, first + i, int(self.crcs[pos + i]), where)
                 out.append(self.storage._decode_frame_step(frame, head, step_raw, where))
             return out
         try:
@@ -1728,29 +1818,38 @@ class _FileSource:
         Raises:
             StorageError: the frame or the step fails its checksum, or is malformed.
         """
-        if int(self.offsets[pos]) >= 0:
+        if self.offsets[pos] >= 0:
             return None
         frame = self._frame(traj)
-        where = self.describe(traj, step)
-        head, _ = _frame_head(frame, step, int(self.crcs[pos]), where)
-        if "p" not in head:
-            return None
         try:
+            head = _frame_head(frame, step, int(self.crcs[pos]))
+            if "p" not in head:
+                return None
             texts = [frame.messages[i] for i in head["m"]]
-            relative = bool(head.get("u"))
+        except (_Damaged, IndexError, TypeError) as exc:
+            raise StorageError(f"{self.describe(traj, step)}: {exc}") from None
+        relative = "u" in head
+        try:
             messages = [self._message(text, relative) for text in texts]
-        except (IndexError, TypeError, ValueError) as exc:
-            raise StorageError(f"{where}: malformed prompt message ({exc})") from None
-        return messages, head.get("r")
+        except ValueError:  # a text that is not one JSON value: parse the whole prompt
+            return None
+        return messages, head["r"]
 
     def _message(self, text: str, relative: bool) -> Any:
-        key = ("u" if relative else "a") + text
-        parsed = self._messages.get(key)
+        """``json.loads`` of one stored message (its URLs resolved), a fresh copy.
+
+        Raises:
+            ValueError: ``text`` is not JSON.
+        """
+        cache = self._messages[relative]
+        parsed = cache.get(text)
         if parsed is None:
             parsed = json.loads(resolve_prompt(text, self._root_url) if relative else text)
-            if len(self._messages) >= self.MESSAGE_CACHE:
-                self._messages.clear()
-            self._messages[key] = parsed
+            if self._message_chars > self.MESSAGE_CACHE_CHARS:
+                self._messages = ({}, {})
+                self._message_chars = 0
+            self._messages[relative][text] = parsed
+            self._message_chars += len(text)
         copy = _json_copy()
         if copy is not None:
             result = copy(parsed)
