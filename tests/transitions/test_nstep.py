@@ -382,3 +382,21 @@ def test_n_step_entry_names_are_reserved():
     buf = ReplayBuffer("cpu", "cpu", 8, storage="memory", n_step=2)
     with pytest.raises(SchemaError, match="n_step_return"):
         buf.add({"reward": 1.0, "done": False, "next_obs": [0.0], "n_step_return": 1.0})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("sampler", ["uniform", "prioritized"])
+def test_cuda_storage_computes_the_entries_on_the_device(sampler):
+    rng = np.random.default_rng(31)
+    for _ in range(5):
+        cap = int(rng.integers(4, 24))
+        buf = ReplayBuffer("cuda", "cuda", cap, sampler=sampler, n_step=3, gamma=0.9, seed=0)
+        buf.add_batch(episodes(rng, int(rng.integers(1, 3 * cap))))
+        batch = buf.sample_batch(32)
+        assert batch["n_step_return"].device.type == "cuda"
+        host = batch.cpu()
+        everything = buf.sample_all().cpu()
+        columns = {key: everything[key].numpy() for key in everything.keys()}  # noqa: SIM118
+        fields = {k: host[k] for k in host.keys() if k.startswith("n_step_")}  # noqa: SIM118
+        positions = positions_of(host, cap)
+        assert_matches_reference(fields, positions, columns, 3, 0.9, buf.size, buf.pointer, cap)

@@ -7,18 +7,28 @@ TD loss by the importance weights and feeds the absolute TD errors back with
 ``update_priorities``. Actor and learner alternate in one thread so a seed
 gives the same run every time.
 
-The full run trains until the average return of the last 20 episodes reaches
-195 (CartPole's classic "solved" bar); the quick run is a smoke run of a few
-thousand steps that checks everything works and is not meant to solve (it ends
-well below 195, and says so). Both save a learning curve (PNG) and a buffer
-checkpoint, and check that the checkpoint loads back bit-exact. On a terminal a
-progress bar (stderr) shows steps, episodes and the recent average return.
+Two runs share everything (seed, network, hyperparameters) but the target: the
+1-step run regresses on ``reward + gamma * Q'(next_obs)``, the 3-step run on
+the buffer's n-step entries (``ReplayBuffer(..., n_step=3)``):
+``n_step_return + n_step_discount * Q'(n_step_next_obs)``, with no bootstrap
+after a termination (a time-limit truncation ends the window but still
+bootstraps). The full run trains each until the average return of its last 20
+episodes reaches 195 (CartPole's classic "solved" bar), the 3-step run for at
+most as many environment steps as the 1-step run took, so both curves cover the
+same budget; the quick run splits a few thousand steps between them, a smoke run
+that checks everything works and is not meant to solve (it ends well below 195,
+and says so). Both modes plot both learning curves in one PNG, print them as
+text, save the 1-step buffer's checkpoint and check it loads back bit-exact. On
+a terminal a progress bar (stderr) shows steps, episodes and the recent average
+return.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import io
+import itertools
 import logging
 import shutil
 import sys
@@ -67,6 +77,8 @@ class DQNConfig:
     alpha: float = 0.6
     beta_start: float = 0.4
     grad_clip: float = 10.0
+    n_step: int = 1
+    """Horizon of the TD target: 1 (one-step Double DQN) or n (the buffer's n-step entries)."""
 
 
 @dataclass(slots=True)
@@ -74,6 +86,8 @@ class DQNResult:
     """What a training run produced."""
 
     returns: list[float]
+    episode_ends: list[int]
+    """The environment step at which each episode of ``returns`` ended."""
     steps: int
     seconds: float
     samples: int
@@ -90,6 +104,10 @@ _QUICK_NOTE = (
     " (quick mode is a smoke run, not meant to solve CartPole; the full run, without "
     "--quick, trains until this reaches 195)"
 )
+N_STEP = 3
+"""The horizon of the demo's n-step run."""
+QUICK_STEPS = 3_000
+"""Environment steps of the quick mode, split evenly between the 1-step and the n-step run."""
 
 
 def _q_network(obs_dim: int, n_actions: int, hidden: int) -> nn.Module:
@@ -108,7 +126,8 @@ def train_dqn(
     """Train Double DQN with prioritized replay on CartPole-v1; returns episode returns.
 
     Args:
-        cfg: hyperparameters; ``max_steps`` bounds the environment steps.
+        cfg: hyperparameters; ``max_steps`` bounds the environment steps;
+            ``n_step > 1`` trains on the buffer's n-step entries.
         buffer_path: directory for the memory-mapped buffer (a temporary one if None).
         on_episode: called after every episode with ``(steps, returns)`` (e.g. to
             drive a progress bar); it must not keep ``returns``, which keeps growing.
@@ -135,9 +154,12 @@ def train_dqn(
         beta=cfg.beta_start,
         path=buffer_path,
         seed=cfg.seed,
+        n_step=cfg.n_step,
+        gamma=cfg.gamma,
     )
 
     returns: list[float] = []
+    episode_ends: list[int] = []
     recent: deque[float] = deque(maxlen=WINDOW)
     obs, _ = env.reset(seed=cfg.seed)
     episode_return = 0.0
@@ -161,13 +183,16 @@ def train_dqn(
                 "action": action,
                 "reward": float(reward),
                 "next_obs": next_obs,
-                "done": bool(terminated),  # a time-limit truncation still bootstraps
+                # The episode ends at either; only a termination stops the bootstrap.
+                "done": bool(terminated or truncated),
+                "terminated": bool(terminated),
             }
         )
         episode_return += float(reward)
         obs = next_obs
         if terminated or truncated:
             returns.append(episode_return)
+            episode_ends.append(step)
             recent.append(episode_return)
             episode_return = 0.0
             obs, _ = env.reset()
@@ -183,10 +208,16 @@ def train_dqn(
         t0 = time.perf_counter()
         batch = buf.sample_batch(cfg.batch_size)
         replay_seconds += time.perf_counter() - t0
+        if cfg.n_step > 1:
+            reward, discount = batch["n_step_return"], batch["n_step_discount"]
+            bootstrap_obs, terminal = batch["n_step_next_obs"], batch["n_step_terminated"]
+        else:
+            reward, discount = batch["reward"], cfg.gamma
+            bootstrap_obs, terminal = batch["next_obs"], batch["terminated"]
         with torch.no_grad():
-            next_action = q(batch["next_obs"]).argmax(dim=1, keepdim=True)
-            next_q = target(batch["next_obs"]).gather(1, next_action).squeeze(1)
-            y = batch["reward"] + cfg.gamma * next_q * (~batch["done"]).float()
+            next_action = q(bootstrap_obs).argmax(dim=1, keepdim=True)
+            next_q = target(bootstrap_obs).gather(1, next_action).squeeze(1)
+            y = reward + discount * next_q * (~terminal).float()
         q_taken = q(batch["obs"]).gather(1, batch["action"].unsqueeze(1)).squeeze(1)
         td = y - q_taken
         loss = (batch["weight"] * nn.functional.smooth_l1_loss(q_taken, y, reduction="none")).mean()
@@ -203,6 +234,7 @@ def train_dqn(
     env.close()
     return DQNResult(
         returns=returns,
+        episode_ends=episode_ends,
         steps=step,
         seconds=time.perf_counter() - start,
         samples=samples,
@@ -211,21 +243,33 @@ def train_dqn(
     )
 
 
-def _plot(returns: list[float], path: Path, title: str) -> None:
+def _label(n_step: int) -> str:
+    return "1-step" if n_step == 1 else f"{n_step}-step"
+
+
+def _moving_average(returns: list[float]) -> list[float]:
+    return [float(np.mean(returns[max(0, i - WINDOW + 1) : i + 1])) for i in range(len(returns))]
+
+
+def _plot(runs: list[tuple[str, DQNResult]], path: Path, title: str) -> None:
+    """Both runs' returns against environment steps: each episode faint, the average bold."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    x = np.arange(1, len(returns) + 1)
-    ax.plot(x, returns, color="0.7", linewidth=0.8, label="episode return")
-    if len(returns) >= 2:
-        avg = [float(np.mean(returns[max(0, i - WINDOW + 1) : i + 1])) for i in range(len(returns))]
-        ax.plot(x, avg, color="C0", label=f"average of last {WINDOW}")
+    for i, (label, result) in enumerate(runs):
+        color = f"C{i}"
+        ax.plot(result.episode_ends, result.returns, color=color, alpha=0.25, linewidth=0.7)
+        if result.returns:
+            avg = _moving_average(result.returns)
+            ax.plot(
+                result.episode_ends, avg, color=color, label=f"{label}: average of last {WINDOW}"
+            )
     ax.axhline(SOLVED_RETURN, color="C3", linestyle="--", linewidth=0.8, label="solved (195)")
-    ax.set_xlabel("episode")
-    ax.set_ylabel("return")
+    ax.set_xlabel("environment step")
+    ax.set_ylabel("episode return")
     ax.set_title(title)
     ax.legend(loc="upper left")
     fig.tight_layout()
@@ -235,13 +279,26 @@ def _plot(returns: list[float], path: Path, title: str) -> None:
     atomic_write_bytes(path, png.getvalue())
 
 
+def text_curve(result: DQNResult, steps: int, bins: int = 10) -> str:
+    """The average return of the episodes that ended in each of ``bins`` equal spans of
+    ``steps`` environment steps (``-`` where none ended), as one line of numbers."""
+    ends = np.asarray(result.episode_ends)
+    returns = np.asarray(result.returns)
+    edges = np.linspace(0, steps, bins + 1)
+    cells = []
+    for lo, hi in itertools.pairwise(edges):
+        inside = returns[(ends > lo) & (ends <= hi)]
+        cells.append(f"{inside.mean():6.1f}" if inside.size else "     -")
+    return " ".join(cells)
+
+
 def _progress_bar(cfg: DQNConfig) -> Any:
     """A tqdm bar over environment steps on stderr, shown only when stderr is a terminal."""
     from tqdm import tqdm
 
     return tqdm(
         total=None if cfg.stop_when_solved else cfg.max_steps,
-        desc="DQN on CartPole"
+        desc=f"{_label(cfg.n_step)} DQN on CartPole"
         + (f" (until avg {SOLVED_RETURN:.0f})" if cfg.stop_when_solved else ""),
         unit="step",
         disable=not sys.stderr.isatty(),
@@ -249,17 +306,8 @@ def _progress_bar(cfg: DQNConfig) -> Any:
     )
 
 
-def run(out: Path, quick: bool) -> list[str]:
-    """Train, plot, checkpoint and reload; returns the summary lines the CLI prints."""
-    out.mkdir(parents=True, exist_ok=True)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    cfg = DQNConfig()
-    if quick:
-        cfg.max_steps = 3_000
-        cfg.learning_starts = 500
-        cfg.eps_fraction_steps = 2_000
-        cfg.stop_when_solved = False
+def _train_with_progress(cfg: DQNConfig, buffer_path: Path) -> DQNResult:
+    """One training run with a progress bar, in a fresh memory-mapped buffer at ``buffer_path``."""
     bar = _progress_bar(cfg)
 
     def on_episode(step: int, returns: list[float]) -> None:
@@ -271,18 +319,58 @@ def run(out: Path, quick: bool) -> list[str]:
         )
 
     try:
-        memmap_dir = out / "replay-memmap"
-        shutil.rmtree(memmap_dir, ignore_errors=True)  # a fresh buffer, not a previous run's
-        result = train_dqn(cfg, buffer_path=memmap_dir, on_episode=on_episode)
+        shutil.rmtree(buffer_path, ignore_errors=True)  # a fresh buffer, not a previous run's
+        return train_dqn(cfg, buffer_path=buffer_path, on_episode=on_episode)
     finally:
         bar.close()
+
+
+def _verdict(result: DQNResult, quick: bool, budget_note: str = "") -> str:
+    if result.final_average >= SOLVED_RETURN and len(result.returns) >= WINDOW:
+        return f"{result.final_average:.1f} (solved: >= 195)"
+    if quick:
+        return f"{result.final_average:.1f}"
+    return f"{result.final_average:.1f} (NOT solved{budget_note})"
+
+
+def _replay_line(label: str, result: DQNResult, what: str) -> str:
+    per_sample_us = 1e6 * result.replay_seconds / max(result.samples, 1)
+    return (
+        f"replay ({label} run): {result.samples} transitions sampled, "
+        f"{result.samples / max(result.replay_seconds, 1e-9):,.0f} samples/s "
+        f"({what} + update_priorities, {per_sample_us:.2f} us per transition)"
+    )
+
+
+def run(out: Path, quick: bool) -> list[str]:
+    """Train the 1-step and the n-step run, plot, checkpoint and reload; returns the summary
+    lines the CLI prints."""
+    out.mkdir(parents=True, exist_ok=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    one = DQNConfig()
+    if quick:
+        one.max_steps = QUICK_STEPS // 2
+        one.learning_starts = 300
+        one.eps_fraction_steps = QUICK_STEPS // 2
+        one.stop_when_solved = False
+    memmap_dir = out / "replay-memmap"
+    nstep_dir = out / f"replay-memmap-{N_STEP}step"
+    try:
+        result = _train_with_progress(one, memmap_dir)
+        # The n-step run gets at most the 1-step run's environment steps: one budget for both.
+        multi = dataclasses.replace(one, n_step=N_STEP, max_steps=result.steps)
+        nstep = _train_with_progress(multi, nstep_dir)
+    finally:
         torch.set_num_threads(threads)
+    nstep.buffer.close()
+    label = _label(N_STEP)
     buf = result.buffer
     curve = out / "learning_curve.png"
-    title = f"Double DQN + prioritized replay, CartPole-v1 (seed {cfg.seed})"
+    title = f"Double DQN + prioritized replay, CartPole-v1 (seed {one.seed}): 1-step vs {label}"
     if quick:
-        title += f"\nquick mode: a {cfg.max_steps:,}-step smoke run, not meant to reach 195"
-    _plot(result.returns, curve, title)
+        title += f"\nquick mode: {one.max_steps:,}-step smoke runs, not meant to reach 195"
+    _plot([("1-step target", result), (f"{label} target (n_step={N_STEP})", nstep)], curve, title)
 
     ckpt = out / "checkpoint" / "buffer"
     buf.save(ckpt)
@@ -299,22 +387,27 @@ def run(out: Path, quick: bool) -> list[str]:
     buf.close()
     restored.close()
 
-    solved = result.final_average >= SOLVED_RETURN and len(result.returns) >= WINDOW
-    per_sample_us = 1e6 * result.replay_seconds / max(result.samples, 1)
+    budget = f" within the 1-step run's {result.steps:,} steps"
+    draws = "identical" if same_draws else "DIFFERENT"
+    span = max(result.steps, nstep.steps)
     lines = [
-        f"episodes: {len(result.returns)} in {result.steps} environment steps "
+        f"1-step run: {len(result.returns)} episodes in {result.steps} environment steps "
         f"({result.seconds:.1f} s)",
-        f"average return of the last {min(WINDOW, len(result.returns))} episodes: "
-        f"{result.final_average:.1f}"
-        + (" (solved: >= 195)" if solved else _QUICK_NOTE if quick else " (NOT solved)"),
-        f"replay: {result.samples} transitions sampled, "
-        f"{result.samples / max(result.replay_seconds, 1e-9):,.0f} samples/s "
-        f"(sample + update_priorities, {per_sample_us:.2f} us per transition)",
-        f"checkpoint: {ckpt.with_name('buffer.metadata')} ({stored} transitions; "
-        f"reloaded bit-exact, next draws {'identical' if same_draws else 'DIFFERENT'})",
-        f"memory-mapped buffer directory: {memmap_dir}",
-        f"learning curve: {curve}",
+        f"{label} run (n_step={N_STEP}): {len(nstep.returns)} episodes in {nstep.steps} "
+        f"environment steps ({nstep.seconds:.1f} s)",
+        f"average return of the last {WINDOW} episodes: 1-step {_verdict(result, quick)}, "
+        f"{label} {_verdict(nstep, quick, budget)}" + (_QUICK_NOTE if quick else ""),
+        f"learning curves: average return of the episodes ending in each tenth of "
+        f"{span:,} environment steps",
+        f"  1-step: {text_curve(result, span)}",
+        f"  {label}: {text_curve(nstep, span)}",
+        _replay_line("1-step", result, "sample"),
+        _replay_line(label, nstep, f"sample with {label} entries"),
+        f"checkpoint (1-step run's buffer): {ckpt.with_name('buffer.metadata')} ({stored} "
+        f"transitions; reloaded bit-exact, next draws {draws})",
+        f"memory-mapped buffer directories: {memmap_dir} (1-step), {nstep_dir} ({label})",
+        f"learning curves (both runs): {curve}",
     ]
-    if not quick and not solved:
+    if not quick and result.final_average < SOLVED_RETURN:
         logger.warning("the DQN demo did not reach an average return of %s", SOLVED_RETURN)
     return lines
