@@ -159,6 +159,8 @@ EXPORTS: dict[str, list[str]] = {
         "Draw",
         "FieldSpec",
         "PrioritizedSampler",
+        "RateLimitTimeout",
+        "RateLimiter",
         "ReplayBuffer",
         "RingState",
         "Sampler",

@@ -27,6 +27,7 @@ __all__ = [
     "ModelServerError",
     "PriorityError",
     "QueryError",
+    "RateLimitTimeout",
     "ReplayStoreError",
     "SchemaError",
     "StorageError",
@@ -98,6 +99,26 @@ class ModelServerError(ReplayStoreError, RuntimeError):
     def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+
+
+class RateLimitTimeout(ReplayStoreError, TimeoutError):
+    """A call waited for a buffer's rate limiter longer than its ``timeout``.
+
+    Raised by ``sample_batch(..., timeout=)`` (too few items yet, or the learner
+    is ahead of ``samples_per_insert``) and ``add``/``add_batch(..., timeout=)``
+    (the actors are ahead). A ``TimeoutError``, so ``except TimeoutError`` works.
+
+    Attributes:
+        requested: items the call asked to sample or insert.
+        completed: items it inserted before timing out (``add_batch`` goes on in
+            parts, see :class:`~replaystore.transitions.RateLimiter`); always 0
+            for a sample, which counts nothing when it times out.
+    """
+
+    def __init__(self, message: str, *, requested: int = 0, completed: int = 0) -> None:
+        super().__init__(message)
+        self.requested = requested
+        self.completed = completed
 
 
 class ArgumentError(ReplayStoreError, ValueError):

@@ -8,13 +8,17 @@ live: RAM / memmap / CUDA), ``writer`` (where new items go: the ring cursor and
 the checked copy of adds), ``sampler`` (which items are picked: the ``Sampler``
 protocol, uniform and prioritized samplers, random draws, epochs, gathers),
 ``slices`` (``SliceSampler``: slices of consecutive steps within episodes),
-``prioritized`` (proportional priorities over a SumTree), ``checkpoint``
-(atomic save/load), ``buffer`` (the composition and its API).
+``prioritized`` (proportional priorities over a SumTree),
+``rate_limiter`` (actors and learner in step: Reverb's ``MinSize`` and
+``SampleToInsertRatio``), ``checkpoint`` (atomic save/load), ``buffer`` (the
+composition and its API).
 """
 
 from __future__ import annotations
 
+from replaystore.errors import RateLimitTimeout
 from replaystore.transitions.buffer import ReplayBuffer
+from replaystore.transitions.rate_limiter import RateLimiter
 from replaystore.transitions.sampler import (
     Draw,
     PrioritizedSampler,
@@ -31,6 +35,8 @@ __all__ = [
     "Draw",
     "FieldSpec",
     "PrioritizedSampler",
+    "RateLimitTimeout",
+    "RateLimiter",
     "ReplayBuffer",
     "RingState",
     "Sampler",

@@ -42,6 +42,7 @@ import gc
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -56,6 +57,7 @@ from replaystore.errors import (
     CheckpointError,
     ConfigError,
     EmptyBufferError,
+    RateLimitTimeout,
     SchemaError,
     check_choice,
     check_int,
@@ -80,6 +82,7 @@ from replaystore.transitions.prioritized import (
     check_priority_update,
     check_stored,
 )
+from replaystore.transitions.rate_limiter import RateLimiter
 from replaystore.transitions.sampler import (
     EpochIterator,
     EpochSchedule,
@@ -169,6 +172,28 @@ class TransitionCount(int):
         return int(self)
 
 
+def _batch_rows(batch: Any) -> int | None:
+    """N, the leading dimension shared by every key of ``batch``; None if there is none."""
+    if isinstance(batch, TensorDictBase):
+        return int(batch.batch_size[0]) if batch.batch_dims else None
+    if not isinstance(batch, Mapping) or not batch:
+        return None
+    sizes = set()
+    for value in batch.values():
+        try:
+            sizes.add(len(value))
+        except TypeError:  # a scalar, or a 0-d array
+            return None
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def _batch_rows_slice(batch: Any, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of a batch whose N :func:`_batch_rows` found."""
+    if isinstance(batch, TensorDictBase):
+        return batch[start:stop]
+    return {key: value[start:stop] for key, value in batch.items()}
+
+
 class ReplayBuffer:
     """A fixed-size ring of transitions with uniform or prioritized sampling.
 
@@ -219,6 +244,10 @@ class ReplayBuffer:
             :mod:`~replaystore.transitions.nstep` and ``docs/transitions.md``).
             Needs the keys ``reward``, ``done`` and ``next_obs``.
         gamma: the discount of the n-step entries, in ``[0, 1]``.
+        rate_limiter: a :class:`~replaystore.transitions.RateLimiter` that makes
+            ``sample_batch`` wait for ``min_size_to_sample`` items (and, with
+            ``samples_per_insert``, makes samples and adds wait for each other);
+            ``None`` (default): nothing waits. Its counters are checkpointed.
 
     Raises:
         ArgumentError: a bad argument (size, sampler, exponents, storage on a
@@ -250,6 +279,7 @@ class ReplayBuffer:
         add_backend: Literal["auto", "c", "numpy"] | None = None,
         n_step: int = 1,
         gamma: float = 0.99,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.storing_device = torch.device(storing_device)
@@ -270,6 +300,18 @@ class ReplayBuffer:
         nstep = NStepReader(self._n_step, self._gamma) if self._n_step > 1 else None
         # A uniform buffer keeps beta (settable) though it never uses it.
         self._beta = float(getattr(policy, "beta", beta))
+        if rate_limiter is not None:
+            if not isinstance(rate_limiter, RateLimiter):
+                raise ArgumentError(
+                    f"rate_limiter must be a RateLimiter or None, got {type(rate_limiter).__name__}"
+                )
+            if rate_limiter.min_size_to_sample > self._capacity:
+                raise ArgumentError(
+                    f"rate_limiter.min_size_to_sample={rate_limiter.min_size_to_sample} is above "
+                    f"buffer_size={self._capacity}: no sample could ever go on"
+                )
+            rate_limiter.bind(self)
+        self._limiter = rate_limiter
         # Every argument is checked: only now is anything created on disk.
         self._path = ensure_directory(path) if path is not None else None
         self._tmpdir: TemporaryDirectory | None = None
@@ -377,6 +419,11 @@ class ReplayBuffer:
     def sampler_object(self) -> Sampler:
         """The :class:`~.sampler.Sampler` that draws the samples (a string names a built-in)."""
         return self._policy
+
+    @property
+    def rate_limiter(self) -> RateLimiter | None:
+        """The :class:`~replaystore.transitions.RateLimiter` given to the constructor, or None."""
+        return self._limiter
 
     @property
     def beta(self) -> float:
@@ -527,6 +574,8 @@ class ReplayBuffer:
         self._writer.reset_cursor()
         self._epochs = None
         self._adopt(self._policy)
+        if self._limiter is not None:
+            self._limiter.reset()  # the buffer is empty again
 
     def reset(self, buffer_size: int | None = None) -> None:
         """Remove every transition and the schema, optionally changing the capacity.
@@ -550,13 +599,17 @@ class ReplayBuffer:
 
     # ---------------------------------------------------------------- adding
 
-    def add(self, experience: TensorDictBase | Mapping[str, Any]) -> None:
+    def add(
+        self, experience: TensorDictBase | Mapping[str, Any], *, timeout: float | None = None
+    ) -> None:
         """Add one transition.
 
         Args:
             experience: a TensorDict with batch size ``[]`` or a mapping of key ->
                 tensor / numpy array / numpy or Python scalar, one item each (no
                 batch dimension). The first add defines the schema.
+            timeout: with a rate limiter, seconds to wait at most for room to
+                insert (None: as long as it takes; 0: never wait). Unused without one.
 
         Raises:
             SchemaError: a missing or extra key, a wrong item shape, a dtype that
@@ -564,16 +617,40 @@ class ReplayBuffer:
                 value (wrap raw bytes with ``numpy.frombuffer``); the message names
                 the key. Nothing is written then. Both add paths (compiled and
                 NumPy) accept and refuse exactly the same values.
+            RateLimitTimeout: the rate limiter kept the insert waiting past
+                ``timeout`` (the actors are ahead of the learner); nothing is written.
 
         Cost: about 0.5 us for a CartPole transition given as a dict of NumPy
         arrays and scalars of the columns' dtypes on CPU storage (one compiled
         call checks every key, then copies the rows); about 2 us on the NumPy
         path (lists, tensors, casts, or no compiled kernel).
+        A rate limiter that lets the insert through adds under 1 us.
         """
-        with self._lock:
-            self._writer.add(experience)
+        limiter = self._limiter
+        if limiter is None:
+            if timeout is not None:
+                check_number(timeout, "timeout", minimum=0)
+            with self._lock:
+                self._writer.add(experience)
+            return
+        limiter.reserve_inserts(1, timeout)
+        self._add_counted(limiter, 1, self._writer.add, experience)
 
-    def add_batch(self, batch: TensorDictBase | Mapping[str, Any]) -> None:
+    def _add_counted(self, limiter: RateLimiter, n: int, write: Any, data: Any) -> None:
+        """Write ``n`` reserved inserts, then count them (and the rows they overwrote)."""
+        try:
+            with self._lock:
+                before = self._writer.size
+                write(data)
+                grown = self._writer.size - before
+        except BaseException:
+            limiter.cancel_inserts(n)
+            raise
+        limiter.commit_inserts(n, n - grown)
+
+    def add_batch(
+        self, batch: TensorDictBase | Mapping[str, Any], *, timeout: float | None = None
+    ) -> None:
         """Add N transitions, as if added one by one in order.
 
         The batch wraps around the end of the ring; a batch larger than the
@@ -583,22 +660,64 @@ class ReplayBuffer:
             batch: a TensorDict with batch size ``[N]`` or a mapping of key ->
                 tensor / array / list with a leading dimension N (the same for
                 every key). The first add defines the schema from ``shape[1:]``.
+            timeout: with a rate limiter, seconds to wait at most, in all (None:
+                no limit). The limiter counts N inserts; when it allows fewer
+                than N at once, the batch is written in parts, in order, each as
+                soon as it is allowed (Reverb's per-item rule), so a batch larger
+                than the error range never waits for room that cannot come.
 
         Raises:
             SchemaError: as :meth:`add`, or keys with different N. Nothing is
                 written then.
+            RateLimitTimeout: ``timeout`` passed while the limiter held back the
+                rest of the batch; its first ``exc.completed`` rows were added.
 
         Cost: one compiled call that checks every key and copies the rows (one
         or two ``memcpy`` per column) for a dict of NumPy arrays of the columns'
         dtypes on CPU storage; otherwise one or two slice copies per column.
         """
-        with self._lock:
-            self._writer.add_batch(batch)
+        limiter = self._limiter
+        n = None if limiter is None else _batch_rows(batch)
+        if limiter is None or not n:
+            # No limiter, or a batch of no rows or of no clear N (the writer
+            # says what is wrong with it): nothing to count.
+            if timeout is not None:
+                check_number(timeout, "timeout", minimum=0)
+            with self._lock:
+                self._writer.add_batch(batch)
+            return
+        deadline = None if timeout is None else time.monotonic() + timeout
+        k = limiter.reserve_inserts(n, timeout)
+        if k == n:
+            self._add_counted(limiter, n, self._writer.add_batch, batch)
+            return
+        done = 0
+        try:
+            while True:
+                self._add_counted(
+                    limiter, k, self._writer.add_batch, _batch_rows_slice(batch, done, done + k)
+                )
+                done += k
+                if done == n:
+                    return
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                k = limiter.reserve_inserts(n - done, left)
+        except RateLimitTimeout as exc:
+            raise RateLimitTimeout(
+                f"add_batch of {n} rows timed out after {timeout:g} s with the first {done} "
+                f"added: {exc}",
+                requested=n,
+                completed=done,
+            ) from None
 
     # -------------------------------------------------------------- sampling
 
-    def sample_batch(self, batch_size: int) -> TensorDict:
+    def sample_batch(self, batch_size: int, *, timeout: float | None = None) -> TensorDict:
         """Draw ``batch_size`` stored transitions at random, with replacement.
+
+        With a rate limiter the call first waits until the limiter allows
+        ``batch_size`` samples (at most ``timeout`` seconds; None: no limit; 0:
+        never wait), then draws. Without one ``timeout`` is unused.
 
         Uniform buffers draw every stored item with equal probability.
         Prioritized buffers draw item i with probability ``p_i / sum p`` and add
@@ -612,6 +731,9 @@ class ReplayBuffer:
         Raises:
             EmptyBufferError: nothing is stored.
             ArgumentError: ``batch_size`` is not a positive integer (a ``ValueError``).
+            RateLimitTimeout: the rate limiter kept the call waiting past
+                ``timeout`` (too few items, or the learner is ahead); no sample
+                is counted.
 
         Cost: one random draw plus one gather per column (uniform; NumPy
         ``take`` on CPU storage, which keeps the GIL for small rows, else
@@ -620,13 +742,23 @@ class ReplayBuffer:
         n = batch_size if type(batch_size) is int and batch_size > 0 else None
         if n is None:
             n = check_int(batch_size, "batch_size", minimum=1)
-        with self._lock:
-            w = self._writer
-            return self._sampler.sample(n, w.size, w.pointer, self._capacity)
+        limiter = self._limiter
+        if limiter is not None:
+            limiter.acquire_samples(n, timeout)
+        elif timeout is not None:
+            check_number(timeout, "timeout", minimum=0)
+        try:
+            with self._lock:
+                w = self._writer
+                return self._sampler.sample(n, w.size, w.pointer, self._capacity)
+        except BaseException:
+            if limiter is not None:
+                limiter.cancel_samples(n)  # nothing was drawn
+            raise
 
-    def sample_random(self, batch_size: int) -> TensorDict:
+    def sample_random(self, batch_size: int, *, timeout: float | None = None) -> TensorDict:
         """Alias of :meth:`sample_batch`."""
-        return self.sample_batch(batch_size)
+        return self.sample_batch(batch_size, timeout=timeout)
 
     def _checked_index(self, indices: Indices) -> torch.Tensor:
         idx = as_index_array(indices)
@@ -942,7 +1074,17 @@ class ReplayBuffer:
             torch_rng=torch_rng,
             numpy_rng=numpy_rng,
             torch_rng_device=self.storing_device.type,
+            rate_limiter=None if self._limiter is None else self._limiter.state_dict(),
         )
+
+    def _restore_limiter(self, state: dict[str, Any] | None, size: int) -> None:
+        """The limiter's counters from a checkpoint; one without them counts its
+        ``size`` items as just inserted and not yet sampled."""
+        assert self._limiter is not None
+        if state is None:
+            self._limiter.restore(size, 0, size)
+        else:
+            self._limiter.restore(int(state["inserts"]), int(state["samples"]), size)
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Checkpoint the whole buffer: contents, schema, pointer, priorities, RNG state.
@@ -990,6 +1132,9 @@ class ReplayBuffer:
                 return
             self._writer.reset_cursor(meta.data_size, meta.pointer)
             self._epochs = None
+            if self._limiter is not None:
+                lim = self._limiter
+                lim.restore(lim.inserts, lim.samples, meta.data_size)
             holder = self._priority_holder()
             kept = None if holder is None else holder.stored_priorities(meta.data_size)
             top = 1.0 if holder is None else holder.max_priority
@@ -1008,10 +1153,12 @@ class ReplayBuffer:
         this buffer already holds (``data_size`` may not exceed :attr:`size`); no
         contents, priorities or RNG state are restored from it.
 
-        Restores the items, schema, pointer, priorities, ``beta`` and both random
-        generators, so the next samples equal those the saved buffer would have
-        drawn (for the torch generator: when both buffers store on the same
-        device type; across CPU and CUDA it keeps its own, with a warning). The
+        Restores the items, schema, pointer, priorities, ``beta``, the rate
+        limiter's counters (a checkpoint without them counts its items as just
+        inserted, none sampled) and both random generators, so the next samples
+        equal those the saved buffer would have drawn (for the torch generator:
+        when both buffers store on the same device type; across CPU and CUDA it
+        keeps its own, with a warning). The
         checkpoint is verified (sizes, CRC-32) before the buffer changes. Loading
         a uniform checkpoint into a prioritized buffer gives every item priority
         1; a prioritized checkpoint into a uniform buffer ignores its priorities.
@@ -1080,6 +1227,8 @@ class ReplayBuffer:
             self._writer.reset_cursor(snap.size, snap.pointer)
             self._epochs = None
             self._sampler.set_rng_state(rng)
+            if self._limiter is not None:
+                self._restore_limiter(snap.rate_limiter, snap.size)
             self._rows_replaced()  # without saved priorities every item gets 1
             if holder is not None and snap.priorities is not None:
                 self._beta = float(snap.sampler.get("beta", self._beta))

@@ -74,6 +74,8 @@ class Snapshot:
     torch_rng: bytes
     numpy_rng: dict[str, Any]
     torch_rng_device: str = "cpu"
+    # The rate limiter's counters {"inserts", "samples", "deletes"}; None: no limiter.
+    rate_limiter: dict[str, int] | None = None
 
 
 def _paths(path: str | os.PathLike[str]) -> tuple[Path, Path]:
@@ -160,6 +162,8 @@ def write_checkpoint(path: str | os.PathLike[str], snap: Snapshot) -> Path:
             "numpy": snap.numpy_rng,
         },
     }
+    if snap.rate_limiter is not None:
+        meta["rate_limiter"] = dict(snap.rate_limiter)
     atomic_write_json(meta_path, meta)  # the commit point
     pattern = _data_dir_pattern(prefix)
     for other in parent.iterdir():
@@ -260,6 +264,11 @@ def _parse(prefix: Path, meta: dict[str, Any]) -> Snapshot:
         if not (np.isfinite(priorities).all() and (priorities > 0).all()):
             raise CheckpointError("checkpoint priorities must be finite and positive")
     rng = meta["rng"]
+    limiter = meta.get("rate_limiter")
+    if limiter is not None:
+        limiter = {key: int(limiter[key]) for key in ("inserts", "samples", "deletes")}
+        if min(limiter.values()) < 0:
+            raise CheckpointError(f"checkpoint rate limiter counters are negative: {limiter}")
     return Snapshot(
         capacity=capacity,
         size=size,
@@ -271,6 +280,7 @@ def _parse(prefix: Path, meta: dict[str, Any]) -> Snapshot:
         torch_rng=base64.b64decode(rng["torch"], validate=True),
         numpy_rng=dict(rng["numpy"]),
         torch_rng_device=str(rng.get("torch_device", "cpu")),
+        rate_limiter=limiter,
     )
 
 
