@@ -29,6 +29,7 @@ __all__ = [
     "batch_tensordict",
     "in_supported_range",
     "public_tensordict",
+    "shaped_tensordict",
 ]
 
 log = logging.getLogger("replaystore.tensordict")
@@ -114,3 +115,20 @@ def batch_tensordict(entries: dict[str, torch.Tensor], n: int, device: torch.dev
     (under 1 µs); on the fallback the public constructor checks it (about 5 µs).
     """
     return _BUILDER(entries, n, device)
+
+
+def shaped_tensordict(
+    entries: dict[str, torch.Tensor], shape: tuple[int, ...], device: torch.device
+) -> TensorDict:
+    """A TensorDict of batch size ``shape`` (e.g. ``[S, L]``) on ``device`` holding ``entries``.
+
+    The same contract and fast path as :func:`batch_tensordict` (the fast path is
+    used only when the probe accepted it), for batch sizes of any rank.
+    """
+    size = torch.Size(shape)
+    if not FAST_PATH:
+        return TensorDict(entries, batch_size=size, device=device)
+    source = cast("dict[Any, Any]", entries)
+    td = TensorDict._new_unsafe(source, batch_size=size, nested=False)
+    td._device = device
+    return td

@@ -38,7 +38,7 @@ import torch
 from numpy.typing import NDArray
 from tensordict import TensorDict
 
-from replaystore._tensordict_compat import batch_tensordict
+from replaystore._tensordict_compat import batch_tensordict, shaped_tensordict
 from replaystore.errors import BufferIndexError, EmptyBufferError, PriorityError, check_number
 from replaystore.transitions.nstep import NStepReader
 from replaystore.transitions.prioritized import PriorityIndex, check_stored, stored_priorities
@@ -420,44 +420,61 @@ class TransitionSampler:
         """
         if not isinstance(draw, Draw):
             raise TypeError(f"a Sampler's sample() must return a Draw, got {type(draw).__name__}")
-        index = torch.as_tensor(np.asarray(draw.index), dtype=torch.int64)
-        shape = tuple(index.shape)
-        flat = index.reshape(-1)
+        raw = draw.index
+        if isinstance(raw, torch.Tensor):
+            raw = raw.detach().cpu().numpy()
+        index_np = np.asarray(raw)
+        if index_np.dtype != np.int64:
+            if index_np.dtype.kind not in "iu":
+                raise BufferIndexError(f"a Draw's index must hold integers, got {index_np.dtype}")
+            index_np = index_np.astype(np.int64)
+        shape = index_np.shape
+        flat = index_np.reshape(-1)
         padding = flat < 0
-        padded = bool(padding.any())
-        pos = flat.clamp_min(0) if padded else flat
-        check_stored(pos.numpy() if padded else flat.numpy(), size)
-        if padded and bool((flat[padding] != -1).any()):
+        padded = bool(flat.size) and bool(padding.any())
+        pos = np.maximum(flat, 0) if padded else flat
+        if padded and (flat[padding] != -1).any():
             raise BufferIndexError("a Sampler's draw holds a negative index other than -1")
+        check_stored(pos, size)
+        pad = padding.reshape(shape) if padded else None
         arrays = self._array_items
-        if arrays is not None and self._batch_device is None:
-            rows = pos.numpy()
-            out = {
-                name: torch.from_numpy(a.take(rows, axis=0)).reshape(*shape, *a.shape[1:])
-                for name, a in arrays
-            }
+        out: dict[str, torch.Tensor]
+        if arrays is not None:
+            out = {}
+            for name, a in arrays:
+                rows = a.take(pos, axis=0).reshape(*shape, *a.shape[1:])
+                if pad is not None:
+                    rows[pad] = 0
+                out[name] = torch.from_numpy(rows)
         else:
-            dev_pos = pos if self._on_cpu else pos.to(self.storing_device)
+            dev_pos = torch.from_numpy(pos)
+            if not self._on_cpu:
+                dev_pos = dev_pos.to(self.storing_device)
             out = {
                 name: col.index_select(0, dev_pos).reshape(*shape, *col.shape[1:])
                 for name, col in self._column_items
             }
-        if padded:
-            keep = ~padding.reshape(shape)
-            if not self._on_cpu:
-                keep = keep.to(self.storing_device)
-            for value in out.values():
-                value[~keep] = 0
-        out["index"] = index.to(self.storing_device) if not self._on_cpu else index
+            if pad is not None:
+                keep = torch.from_numpy(~pad)
+                if not self._on_cpu:
+                    keep = keep.to(self.storing_device)
+                for value in out.values():
+                    value[~keep] = 0
+        index = torch.from_numpy(index_np)
+        if not self._on_cpu:
+            index = index.to(self.storing_device)
+        out["index"] = index
         for name, value in draw.extra.items():
-            tensor = torch.as_tensor(value)
+            tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
             out[name] = tensor if self._on_cpu else tensor.to(self.storing_device)
         if self.nstep is not None and pointer is not None:
-            mask = ~padding.reshape(shape) if padded else None
+            mask = None if pad is None else torch.from_numpy(~pad)
+            if mask is not None and not self._on_cpu:
+                mask = mask.to(self.storing_device)
             out.update(self.nstep.fields(index, pointer, mask))
         if self._batch_device is not None:
             out = {k: v.to(self._batch_device) for k, v in out.items()}
-        return TensorDict(out, batch_size=torch.Size(shape), device=self.device)
+        return shaped_tensordict(out, shape, self.device)
 
     # ------------------------------------------------------ random state
 

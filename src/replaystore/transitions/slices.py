@@ -322,11 +322,14 @@ class SliceSampler:
                 f"{n} consecutive steps of one episode (strict=True draws only full slices)"
             )
         starts = self._starts.sample(batch_size // n, rng)
-        rows, m, _rank = self._windows(starts, ring)
         extra: dict[str, Any] = {}
-        index = rows
         mask = None
-        if not self.strict:
+        if self.strict:  # every drawn start has a full slice
+            index = starts[:, None] + self._offsets
+            if index[:, -1].max() >= self.capacity:
+                index %= self.capacity
+        else:
+            rows, m, _rank = self._windows(starts, ring)
             mask = self._offsets < m[:, None]
             index = np.where(mask, rows, -1)
             extra["mask"] = mask
