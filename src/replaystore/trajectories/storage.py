@@ -123,7 +123,7 @@ _STEP_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators
 _SCAN = json.JSONDecoder().raw_decode
 # How many characters of a message's start index the messages already seen, and how
 # many texts are kept per start (the most recent).
-_KNOWN_KEY = 256
+_KNOWN_KEY = 64
 _KNOWN_PER_KEY = 4
 _LISTING_RETRIES = 5
 # Step-line key: the step's prompt holds image URLs relative to the storage root.
@@ -467,42 +467,38 @@ class TrajectoryStorage:
             for s, flag in zip(todo, flags.tolist(), strict=True):
                 steps[s][SAME_KEY] = flag
         same = np.zeros(n, dtype=bool)
-        for s in range(n):
-            value = steps[s].get(SAME_KEY)
-            if value is None:  # only the last step can still lack it
-                continue
-            if not isinstance(value, (bool, np.bool_, int)) or value not in (0, 1):
-                raise TrajectoryError(
-                    f"trajectory {t} step {s}: {SAME_KEY} must be a bool, got {value!r}"
-                )
-            steps[s][SAME_KEY] = bool(value)  # NumPy bools are not JSON
-            same[s] = s < n - 1 and bool(value)
-        keypoints = keypoint_steps(steps)
-        first_meta = dict(steps[0].get("trajectory_metadata") or {})
-        first_meta["keypoint_step_ids"] = keypoints
-        steps[0]["trajectory_metadata"] = first_meta
+        has_prompt = np.zeros(n, dtype=bool)
         prompts_root = root_url(self.root)
+        url_prefix = prompts_root + "/"
+        root = os.path.abspath(self.root)
+        inside = root.rstrip(os.sep) + os.sep
         relative_urls = [False] * n
         for s, d in enumerate(steps):
+            value = d.get(SAME_KEY)
+            if value is not None:  # only the last step can still lack it
+                if not isinstance(value, (bool, np.bool_, int)) or value not in (0, 1):
+                    raise TrajectoryError(
+                        f"trajectory {t} step {s}: {SAME_KEY} must be a bool, got {value!r}"
+                    )
+                d[SAME_KEY] = flag = bool(value)  # NumPy bools are not JSON
+                same[s] = flag and s < n - 1
             obs = d["observation"]
-            obs["image_path"] = self._relative(obs["image_path"])
+            obs["image_path"] = _relative(obs["image_path"], root, inside)
             response = d.get("response")
             prompt = response.get("raw_prompt") if isinstance(response, Mapping) else None
             if isinstance(prompt, str) and prompt:
-                relative = relative_prompt(prompt, prompts_root)
-                if relative is not None:
-                    response["raw_prompt"] = relative  # type: ignore[index]
-                    relative_urls[s] = True
+                has_prompt[s] = True
+                if url_prefix in prompt:
+                    relative = relative_prompt(prompt, prompts_root)
+                    if relative is not None:
+                        response["raw_prompt"] = relative  # type: ignore[index]
+                        relative_urls[s] = True
             if not keep_page_metadata and isinstance(obs.get("page_metadata"), Mapping):
                 pm = obs["page_metadata"]
                 obs["page_metadata"] = {k: pm[k] for k in ("title", "url") if k in pm}
-        has_prompt = np.array(
-            [
-                isinstance(d.get("response"), Mapping) and bool(d["response"].get("raw_prompt"))
-                for d in steps
-            ],
-            dtype=bool,
-        )
+        first_meta = dict(steps[0].get("trajectory_metadata") or {})
+        first_meta["keypoint_step_ids"] = keypoint_steps(steps)
+        steps[0]["trajectory_metadata"] = first_meta
         record = not dummy and is_record_step(steps[-1])
         encoded = _EncodedTrajectory([], reward, dummy, same, has_prompt, record)
         if self.format_version >= 3:
@@ -530,18 +526,6 @@ class TrajectoryStorage:
         encoded.codec = codec
         encoded.step_crcs = crcs
         encoded.messages = messages
-
-    def _relative(self, image_path: Any) -> Any:
-        if not isinstance(image_path, str) or image_path == "":
-            return image_path
-        absolute = os.path.abspath(image_path)
-        root = os.path.abspath(self.root)
-        inside = root.rstrip(os.sep) + os.sep
-        if absolute.startswith(inside):
-            return absolute[len(inside) :].replace(os.sep, "/")
-        if absolute == root:
-            return "."
-        return absolute
 
     def _resolve(self, image_path: Any) -> Any:
         if not isinstance(image_path, str) or image_path == "" or os.path.isabs(image_path):
@@ -1333,6 +1317,18 @@ class _EncodedTrajectory:
         return int(self.same.size)
 
 
+def _relative(image_path: Any, root: str, inside: str) -> Any:
+    """A screenshot path relative to the storage root (``/``-separated) when it lies
+    under it, else absolute; anything but a non-empty string as it is. ``root`` is the
+    absolute root, ``inside`` the same ending with the path separator."""
+    if not isinstance(image_path, str) or image_path == "":
+        return image_path
+    absolute = os.path.abspath(image_path)
+    if absolute.startswith(inside):
+        return absolute[len(inside) :].replace(os.sep, "/")
+    return "." if absolute == root else absolute
+
+
 def _dumps(value: Any, t: int, s: int) -> str:
     try:
         return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -1445,25 +1441,32 @@ def _frame_of(
     and, when the prompt was split into shared messages, ``"p": separator, "m":
     [message numbers], "r": raw_response``; the step line is the step's dict, with
     ``raw_prompt`` and ``raw_response`` then left empty (they live in the head).
-    ``known``: see :func:`_split_prompt`.
+    ``known``: see :func:`_split_prompt`. ``steps`` are the caller's own dicts: the
+    responses of split prompts are emptied in place.
     """
     ids: dict[str, int] = {}
     body: list[bytes] = []
-    crcs = np.empty(len(steps), dtype=np.uint32)
+    crcs: list[int] = []
     encode = _STEP_ENCODER.encode
     dumps = _json_kernel()[1]
     for s, d in enumerate(steps):
         url = ',"u":true' if relative_urls[s] else ""
         response = d.get("response")
-        prompt = response.get("raw_prompt") if isinstance(response, dict) else None
-        split = _split_prompt(prompt, known) if isinstance(prompt, str) and prompt else None
+        prompt = response.get("raw_prompt") if type(response) is dict else None
+        split = _split_prompt(prompt, known) if type(prompt) is str and prompt else None
         try:
             if split is not None:
                 separator, parts = split
-                numbers = ",".join([str(ids.setdefault(part, len(ids))) for part in parts])
+                numbers = []
+                for part in parts:
+                    number = ids.get(part)
+                    if number is None:
+                        number = ids[part] = len(ids)
+                    numbers.append(str(number))
                 reply = encode(response["raw_response"])  # type: ignore[index]
-                head = f'{{"s":{s}{url},"p":{separator},"m":[{numbers}],"r":{reply}}}\n'
-                d = {**d, "response": {**response, "raw_prompt": "", "raw_response": ""}}  # type: ignore[dict-item]
+                head = f'{{"s":{s}{url},"p":{separator},"m":[{",".join(numbers)}],"r":{reply}}}\n'
+                # the caller's dicts are its own copies: the two texts live in the head now
+                response["raw_prompt"] = response["raw_response"] = ""  # type: ignore[index]
             else:
                 head = f'{{"s":{s}{url}}}\n'
             line = dumps(d) if dumps is not None else NotImplemented
@@ -1474,12 +1477,12 @@ def _frame_of(
                 f"trajectory {t} step {s} cannot be stored as JSON: {exc}"
             ) from None
         head_line = head.encode("utf-8")
-        step_line = line.encode("utf-8") + b"\n"
-        crcs[s] = zlib.crc32(step_line, zlib.crc32(head_line))
+        step_line = (line + "\n").encode("utf-8")
+        crcs.append(zlib.crc32(step_line, zlib.crc32(head_line)))
         body.append(head_line)
         body.append(step_line)
-    messages = [text.encode("utf-8") + b"\n" for text in ids]
-    return b"".join(messages + body), crcs, len(messages)
+    messages = "\n".join(ids).encode("utf-8") + b"\n" if ids else b""
+    return messages + b"".join(body), np.array(crcs, dtype=np.uint32), len(ids)
 
 
 _ZSTD = threading.local()
