@@ -4,6 +4,7 @@
 * ``replaystore._ringcopy``: the check-and-copy of the transition buffer's adds.
 * ``replaystore._recency``: the draw and first-occurrence loops of recency sampling.
 * ``replaystore._jsoncopy``: the in-memory experience storage's snapshot of each row.
+* ``replaystore._nstep``: the n-step window walk of ``ReplayBuffer(n_step=n)`` samples.
 
 All are ``optional``: without a C compiler the install still succeeds and
 ``replaystore.sampling.SumTree`` and ``replaystore.transitions.ReplayBuffer``
@@ -42,6 +43,13 @@ setup(
             "replaystore._jsoncopy",
             sources=["src/replaystore/_jsoncopy.c"],
             extra_compile_args=ARGS,
+            optional=True,
+        ),
+        Extension(
+            "replaystore._nstep",
+            sources=["src/replaystore/_nstep.c"],
+            # The same float products and sums, in the same order, as the NumPy path.
+            extra_compile_args=STRICT_FP,
             optional=True,
         ),
     ]

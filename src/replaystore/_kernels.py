@@ -76,6 +76,13 @@ KERNELS: tuple[Kernel, ...] = (
         used_by="the in-memory experience storage's row snapshot (store/store_batch)",
         fallback_cost="about 2x slower InMemoryStorage add/add_batch (JSON encoding instead)",
     ),
+    Kernel(
+        name="nstep",
+        module="replaystore._nstep",
+        env="REPLAYSTORE_NSTEP",
+        used_by="n-step returns at sample time (ReplayBuffer(n_step>1) on CPU storage)",
+        fallback_cost="about 2x slower n-step entries (NumPy array passes instead of one loop)",
+    ),
 )
 
 _CHOICES = ("auto", "c", "numpy")

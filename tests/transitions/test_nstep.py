@@ -18,9 +18,28 @@ import torch
 
 from replaystore.errors import ArgumentError, BufferIndexError, ConfigError, SchemaError
 from replaystore.transitions import ReplayBuffer
-from replaystore.transitions.nstep import compute_nstep, nstep_fields
+from replaystore.transitions import nstep as nstep_module
+from replaystore.transitions.nstep import NStepReader, nstep_fields
 
 N_STEPS = (1, 2, 3, 5)
+PATHS = [
+    "torch",
+    "numpy",
+    pytest.param(
+        "c",
+        marks=pytest.mark.skipif(
+            nstep_module._cnstep is None, reason="replaystore._nstep is not built (no C compiler)"
+        ),
+    ),
+]
+
+
+def reader(path: str, storage: Any, n: int, gamma: float) -> NStepReader:
+    """An NStepReader on ``storage`` computing with ``path``: the kernel, NumPy or torch."""
+    nstep = NStepReader(n, gamma, backend="c" if path == "c" else "numpy")
+    nstep.bind(storage.columns, {} if path == "torch" else storage.arrays)
+    assert nstep.backend == path
+    return nstep
 
 
 def episodes(rng: np.random.Generator, count: int, *, keys: tuple[str, ...] = ()) -> dict:
@@ -101,7 +120,7 @@ def filled(rng: np.random.Generator, storage: str, keys: tuple[str, ...] = (), *
 
 
 @pytest.mark.parametrize("storage", ["memory", "memmap"])
-@pytest.mark.parametrize("path", ["numpy", "torch"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("keys", [(), ("terminated", "truncated")])
 def test_nstep_fields_of_every_stored_position_match_the_reference(storage, path, keys):
     rng = np.random.default_rng(hash((storage, path, keys)) % 2**32)
@@ -114,10 +133,8 @@ def test_nstep_fields_of_every_stored_position_match_the_reference(storage, path
         assert storage_obj is not None
         for n in N_STEPS:
             gamma = float(rng.choice([0.0, 0.5, 0.99, 1.0]))
-            arrays = storage_obj.arrays if path == "numpy" else None
-            out = compute_nstep(
-                storage_obj.columns, arrays, torch.from_numpy(positions), n, gamma, pointer
-            )
+            nstep = reader(path, storage_obj, n, gamma)
+            out = nstep.fields(torch.from_numpy(positions), pointer)
             assert_matches_reference(out, positions, columns, n, gamma, size, pointer, cap)
         buf.close()
 
@@ -155,7 +172,7 @@ def test_a_two_dimensional_index_gives_two_dimensional_fields():
     assert_matches_reference(out, index.numpy(), columns, 3, 0.9, buf.size, buf.pointer, cap)
 
 
-@pytest.mark.parametrize("path", ["numpy", "torch"])
+@pytest.mark.parametrize("path", PATHS)
 def test_masked_positions_are_zero(path):
     rng = np.random.default_rng(3)
     buf, cap = filled(rng, "memory")
@@ -164,8 +181,7 @@ def test_masked_positions_are_zero(path):
     mask = index >= 0
     mask[1, 2] = False
     storage = buf._storage
-    arrays = storage.arrays if path == "numpy" else None
-    out = compute_nstep(storage.columns, arrays, index, 3, 0.9, buf.pointer, mask)
+    out = reader(path, storage, 3, 0.9).fields(index, buf.pointer, mask)
     for key, value in out.items():
         assert not value[~mask].any(), key
     real = index[mask].numpy()
@@ -192,7 +208,8 @@ def test_reward_dtype_and_shapes_are_kept():
     assert out["n_step_next_obs"].dtype == torch.uint8
 
 
-def test_nan_rewards_after_an_episode_end_do_not_enter_the_return():
+@pytest.mark.parametrize("path", PATHS)
+def test_nan_rewards_after_an_episode_end_do_not_enter_the_return(path):
     buf = ReplayBuffer("cpu", "cpu", 4, storage="memory")
     buf.add_batch(
         {
@@ -201,9 +218,8 @@ def test_nan_rewards_after_an_episode_end_do_not_enter_the_return():
             "next_obs": np.zeros((4, 1), np.float32),
         }
     )
-    for arrays in (buf._storage.arrays, None):
-        out = compute_nstep(buf._storage.columns, arrays, torch.tensor([0]), 3, 1.0, 0)
-        assert out["n_step_return"].tolist() == [3.0]
+    out = reader(path, buf._storage, 3, 1.0).fields(torch.tensor([0]), 0)
+    assert out["n_step_return"].tolist() == [3.0]
 
 
 @pytest.mark.parametrize(
@@ -400,3 +416,56 @@ def test_cuda_storage_computes_the_entries_on_the_device(sampler):
         fields = {k: host[k] for k in host.keys() if k.startswith("n_step_")}  # noqa: SIM118
         positions = positions_of(host, cap)
         assert_matches_reference(fields, positions, columns, 3, 0.9, buf.size, buf.pointer, cap)
+
+
+@pytest.mark.skipif(nstep_module._cnstep is None, reason="replaystore._nstep is not built")
+def test_kernel_and_numpy_give_identical_entries():
+    rng = np.random.default_rng(41)
+    for _ in range(20):
+        buf, _ = filled(rng, "memory", ("terminated",))
+        index = torch.from_numpy(rng.integers(0, buf.size, 300))
+        gamma = float(rng.random())
+        by_c = reader("c", buf._storage, 4, gamma).fields(index, buf.pointer)
+        by_numpy = reader("numpy", buf._storage, 4, gamma).fields(index, buf.pointer)
+        assert by_c.keys() == by_numpy.keys()
+        for key, value in by_c.items():
+            assert value.dtype == by_numpy[key].dtype, key
+            assert torch.equal(value, by_numpy[key]), key
+
+
+def test_kernel_is_used_only_for_what_it_reads():
+    rows = {"reward": np.ones(4, np.float32), "next_obs": np.zeros((4, 2), np.float32)}
+    flags = {"done": np.zeros(4, bool)}
+    for extra, expected in (
+        ({}, "c"),
+        ({"done": np.zeros(4, np.float32)}, "numpy"),  # a float flag column
+        ({"reward": np.ones((4, 2), np.float32)}, "numpy"),  # two rewards per step
+        ({"reward": np.ones(4, np.int64)}, "numpy"),
+    ):
+        buf = ReplayBuffer("cpu", "cpu", 8, storage="memory")
+        buf.add_batch({**rows, **flags, **extra})
+        nstep = NStepReader(2, 0.9)
+        nstep.bind(buf._storage.columns, buf._storage.arrays)
+        if nstep_module._cnstep is None:
+            expected = "numpy"
+        assert nstep.backend == expected, extra
+    with pytest.raises(ArgumentError, match="backend must be 'auto', 'c' or 'numpy'"):
+        NStepReader(2, 0.9, backend="fast")
+
+
+def test_a_missing_kernel_is_said_once_when_an_n_step_buffer_is_made(monkeypatch):
+    import warnings
+
+    from replaystore import _kernels
+    from replaystore.errors import CompiledKernelWarning
+
+    monkeypatch.setattr(_kernels, "_warned", False)
+    monkeypatch.delenv("REPLAYSTORE_NSTEP", raising=False)
+    monkeypatch.setattr(nstep_module, "_cnstep", None)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        ReplayBuffer("cpu", "cpu", 8, storage="memory", n_step=3)
+        ReplayBuffer("cpu", "cpu", 8, storage="memory")  # n_step=1 needs no kernel
+    (message,) = [str(w.message) for w in record if w.category is CompiledKernelWarning]
+    assert "replaystore._nstep is not installed" in message
+    assert "REPLAYSTORE_NSTEP=numpy" in message

@@ -35,10 +35,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import torch
 
+from replaystore._kernels import resolve_kernel
 from replaystore.errors import (
     ArgumentError,
     BufferIndexError,
@@ -50,6 +53,7 @@ from replaystore.errors import (
 
 __all__ = [
     "END_KEYS",
+    "NSTEP_ENV",
     "NSTEP_KEYS",
     "REQUIRED_KEYS",
     "NStepReader",
@@ -58,6 +62,14 @@ __all__ = [
     "compute_nstep",
     "nstep_fields",
 ]
+
+try:
+    from replaystore import _nstep as _cnstep
+except ImportError:  # built at install time only where a C compiler exists (setup.py)
+    _cnstep = None
+
+NSTEP_ENV = "REPLAYSTORE_NSTEP"
+"""Environment variable choosing the n-step kernel: ``auto``, ``c`` or ``numpy``."""
 
 REQUIRED_KEYS = ("reward", "done", "next_obs")
 """The keys a buffer needs for ``n_step > 1``."""
@@ -222,26 +234,56 @@ def _numpy_views(columns: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray | 
     return views
 
 
+@dataclass(slots=True)
+class _KernelPlan:
+    """What the compiled kernel reads: flag columns as bytes, the reward as one value per row."""
+
+    kernel: ModuleType
+    flags: tuple[np.ndarray, ...]
+    reward: np.ndarray
+    reward_shape: tuple[int, ...]
+    term_flag: int
+    """Index of the ``terminated`` column in ``flags``, or -1."""
+    next_obs: np.ndarray
+    item: dict[str, tuple[int, ...]]
+
+
 class NStepReader:
     """The n-step entries of a buffer's samples, read from the columns it is bound to.
 
     The buffer makes one per ``n_step > 1`` and binds it to each new storage, so
-    the choice between the NumPy and the torch steps is made once, not per sample.
+    the choice between the compiled kernel, the NumPy and the torch steps is made
+    once, not per sample: the compiled ``replaystore._nstep`` on CPU storage with
+    bool flag columns and a float32/float64 reward of one value per step, else
+    NumPy on CPU storage, else torch (CUDA). All give the same entries.
 
     Args:
         n_step: the horizon, >= 1.
         gamma: the discount, in ``[0, 1]``.
+        backend: ``"auto"`` (the compiled kernel when it is installed), ``"c"``
+            or ``"numpy"`` (never the kernel); None reads ``REPLAYSTORE_NSTEP``
+            (default ``"auto"``).
 
     Raises:
-        ArgumentError: as :func:`check_nstep_config`.
+        ArgumentError: as :func:`check_nstep_config`, or an unknown ``backend``.
+        ImportError: ``backend="c"`` but the kernel is not installed.
     """
 
-    __slots__ = ("_arrays", "_columns", "gamma", "n_step")
+    __slots__ = ("_arrays", "_columns", "_kernel", "_plan", "gamma", "n_step")
 
-    def __init__(self, n_step: int, gamma: float) -> None:
+    def __init__(self, n_step: int, gamma: float, backend: str | None = None) -> None:
         self.n_step, self.gamma = check_nstep_config(n_step, gamma)
+        self._kernel = resolve_kernel(_cnstep, backend, env=NSTEP_ENV, argument="backend")
         self._columns: dict[str, torch.Tensor] = {}
         self._arrays: dict[str, np.ndarray] | None = None
+        self._plan: _KernelPlan | None = None
+
+    @property
+    def backend(self) -> str:
+        """``"c"``, ``"numpy"`` or ``"torch"``: what computes the entries of the bound columns."""
+        if self._plan is not None:
+            return "c"
+        return "numpy" if self._arrays is not None else "torch"
 
     def bind(
         self, columns: Mapping[str, torch.Tensor], arrays: Mapping[str, np.ndarray | None]
@@ -258,10 +300,33 @@ class NStepReader:
         self._arrays = {k: v for k, v in views.items() if v is not None}
         if len(self._arrays) < len(needed):
             self._arrays = None
+        self._plan = None if self._arrays is None else self._kernel_plan(self._arrays)
+
+    def _kernel_plan(self, arrays: dict[str, np.ndarray]) -> _KernelPlan | None:
+        reward = arrays["reward"]
+        if self._kernel is None or reward.dtype not in (np.float32, np.float64):
+            return None
+        capacity = len(reward)
+        if reward.size != capacity:
+            return None
+        ends = [key for key in END_KEYS if key in arrays]
+        if any(arrays[key].dtype != np.bool_ for key in ends):
+            return None
+        return _KernelPlan(
+            kernel=self._kernel,
+            flags=tuple(arrays[key].reshape(capacity).view(np.uint8) for key in ends),
+            reward=reward.reshape(capacity),
+            reward_shape=tuple(reward.shape[1:]),
+            term_flag=ends.index("terminated") if "terminated" in ends else -1,
+            next_obs=arrays["next_obs"],
+            item={
+                key: tuple(arrays[key].shape[1:]) for key in ("done", "terminated") if key in arrays
+            },
+        )
 
     def unbind(self) -> None:
         """Forget the columns."""
-        self._columns, self._arrays = {}, None
+        self._columns, self._arrays, self._plan = {}, None, None
 
     def fields(
         self,
@@ -274,9 +339,59 @@ class NStepReader:
         Shapes, dtypes and the meaning of ``mask`` as :func:`nstep_fields`; the
         entries are on the storing device.
         """
+        if self._plan is not None:
+            return _nstep_kernel(self._plan, index, self.n_step, self.gamma, pointer, mask)
         return compute_nstep(
             self._columns, self._arrays, index, self.n_step, self.gamma, pointer, mask
         )
+
+
+def _nstep_kernel(
+    plan: _KernelPlan,
+    index: torch.Tensor | np.ndarray,
+    n: int,
+    gamma: float,
+    pointer: int,
+    mask: torch.Tensor | np.ndarray | None,
+) -> dict[str, torch.Tensor]:
+    shape = tuple(index.shape)
+    t = np.ascontiguousarray(np.asarray(index).reshape(-1), dtype=np.int64)
+    keep: np.ndarray | None = None
+    if mask is not None:
+        keep = np.asarray(mask).reshape(-1).astype(bool, copy=False)
+        t = np.where(keep, t, (pointer - 1) % len(plan.reward))  # padding: any stored row
+    rows = len(t)
+    ret = np.empty(rows, plan.reward.dtype)
+    last = np.empty(rows, np.int64)
+    done = np.empty(rows, np.uint8)
+    discount = np.empty(rows, np.float32)
+    term = np.empty(rows, np.uint8) if plan.term_flag >= 0 else None
+    plan.kernel.window(
+        t,
+        plan.flags,
+        plan.reward,
+        _powers(n, gamma),
+        n,
+        pointer,
+        ret,
+        last,
+        done,
+        discount,
+        term,
+        plan.term_flag,
+    )
+    out = {
+        "n_step_return": ret.reshape(rows, *plan.reward_shape),
+        "n_step_next_obs": plan.next_obs.take(last, axis=0),
+        "n_step_done": done.view(np.bool_),
+        "n_step_discount": discount,
+    }
+    if term is not None:
+        out["n_step_terminated"] = term.view(np.bool_)
+    if keep is not None:
+        for value in out.values():
+            value[~keep] = 0
+    return _shaped({key: torch.from_numpy(v) for key, v in out.items()}, shape, plan.item)
 
 
 def compute_nstep(
