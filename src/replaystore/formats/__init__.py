@@ -3,6 +3,8 @@
 * :mod:`~replaystore.formats.sqlite_experience`: a SQLite experience store
   (what :class:`~replaystore.experience.storage.sqlite.SqliteStorage` writes),
   opened read-only, and its summary;
+* :mod:`~replaystore.formats.experience_summary`: the counts of an experience
+  store's ``rows`` table, the same queries for SQLite and PostgreSQL;
 * :mod:`~replaystore.formats.transitions_checkpoint`: the metadata of a
   transitions checkpoint (what ``ReplayBuffer.save`` writes), with the data
   files it names confined to the checkpoint's directory.

@@ -20,8 +20,6 @@ no ``-shm`` file fails with a :class:`~replaystore.errors.StorageError` saying s
 
 from __future__ import annotations
 
-import datetime as dt
-import math
 import os
 import sqlite3
 from collections.abc import Iterable
@@ -29,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from replaystore.errors import StorageError
+from replaystore.formats.experience_summary import summarise_rows
 
 __all__ = ["SQLITE_MAGIC", "SUMMARY_COLUMNS", "is_sqlite_file", "open_readonly", "read_summary"]
 
@@ -109,12 +108,6 @@ def _open_error(path: Path, exc: sqlite3.Error) -> StorageError:
     return StorageError(f"cannot read SQLite file {path}: {exc}")
 
 
-def _iso(t: Any) -> str | None:
-    if not isinstance(t, int | float) or not math.isfinite(t):
-        return None
-    return dt.datetime.fromtimestamp(t, tz=dt.UTC).isoformat(timespec="seconds")
-
-
 def read_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Rows, tasks, task names, agents, step and time ranges of the store ``path``.
 
@@ -133,31 +126,11 @@ def read_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     conn = open_readonly(path)
     try:
-        with conn:  # one snapshot for both statements
+        with conn:  # one snapshot for both queries
             conn.execute("BEGIN")
-            n_rows, n_tasks, n_names, min_step, max_step, t0, t1 = conn.execute(
-                "SELECT COUNT(*), COUNT(DISTINCT task_id), COUNT(DISTINCT task_name), "
-                "MIN(step), MAX(step), MIN(execute_time), MAX(execute_time) FROM rows"
-            ).fetchone()
-            agents = [
-                {"agent_id": a, "rows": n, "tasks": t}
-                for a, n, t in conn.execute(
-                    "SELECT agent_id, COUNT(*), COUNT(DISTINCT task_id) FROM rows "
-                    "GROUP BY agent_id ORDER BY COUNT(*) DESC, agent_id"
-                )
-            ]
+            counts = summarise_rows(conn)
     except sqlite3.DatabaseError as exc:
         raise StorageError(f"cannot read SQLite file {path}: {exc}") from None
     finally:
         conn.close()
-    return {
-        "path": str(path.resolve()),
-        "size_bytes": path.stat().st_size,
-        "rows": n_rows,
-        "tasks": n_tasks,
-        "task_names": n_names,
-        "agents": len(agents),
-        "steps": [min_step, max_step],
-        "execute_time": [_iso(t0), _iso(t1)],
-        "per_agent": agents,
-    }
+    return {"path": str(path.resolve()), "size_bytes": path.stat().st_size, **counts}

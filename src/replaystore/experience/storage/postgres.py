@@ -33,7 +33,6 @@ follows the sample, not the store.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import hashlib
 import logging
 import os
@@ -58,6 +57,7 @@ from replaystore.experience.storage.base import (
     check_page,
     choose,
 )
+from replaystore.formats.experience_summary import summarise_rows
 from replaystore.redaction import redact, url_passwords
 from replaystore.sampling import SeedLike, as_generator
 
@@ -817,17 +817,7 @@ def read_summary(url: str, schema: str | None = None) -> dict[str, Any]:
             version = conn.execute(
                 f"SELECT version FROM {s}.replaystore_version WHERE component = 'experience'"
             ).fetchone()
-            n_rows, n_tasks, n_names, min_step, max_step, t0, t1 = conn.execute(
-                "SELECT count(*), count(DISTINCT task_id), count(DISTINCT task_name), "
-                f"min(step), max(step), min(execute_time), max(execute_time) FROM {s}.rows"
-            ).fetchone()
-            agents = [
-                {"agent_id": a, "rows": n, "tasks": t}
-                for a, n, t in conn.execute(
-                    f"SELECT agent_id, count(*), count(DISTINCT task_id) FROM {s}.rows "
-                    "GROUP BY agent_id ORDER BY count(*) DESC, agent_id"
-                )
-            ]
+            counts = summarise_rows(conn, f"{s}.rows")
             size = conn.execute(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
                 "JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -839,23 +829,12 @@ def read_summary(url: str, schema: str | None = None) -> dict[str, Any]:
     finally:
         conn.close()
 
-    def iso(t: float | None) -> str | None:
-        if t is None:
-            return None
-        return datetime.datetime.fromtimestamp(t, tz=datetime.UTC).isoformat(timespec="seconds")
-
     return {
         "url": redact(conninfo),
         "schema": schema,
         "version": version[0] if version else None,
         "size_bytes": int(size),
-        "rows": n_rows,
-        "tasks": n_tasks,
-        "task_names": n_names,
-        "agents": len(agents),
-        "steps": [min_step, max_step],
-        "execute_time": [iso(t0), iso(t1)],
-        "per_agent": agents,
+        **counts,
     }
 
 
