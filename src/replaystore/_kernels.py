@@ -73,8 +73,9 @@ KERNELS: tuple[Kernel, ...] = (
         name="jsoncopy",
         module="replaystore._jsoncopy",
         env="REPLAYSTORE_JSONCOPY",
-        used_by="the in-memory experience storage's row snapshot (store/store_batch)",
-        fallback_cost="about 2x slower InMemoryStorage add/add_batch (JSON encoding instead)",
+        used_by="the experience store's row checks and JSON encoding (in-memory store, "
+        "SQLite/PostgreSQL/multi-process writes, snapshot=True)",
+        fallback_cost="about 2-3x slower experience store/store_batch (Python's json instead)",
     ),
     Kernel(
         name="nstep",

@@ -459,7 +459,9 @@ class InMemoryStorage(Storage):
         check = _ENCODE[1]
         if check is None or not check(data, DataRow, ExpMeta, Experience, _META_SPEC):
             data = _kept_row(data, "data")
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`: half the cost, which counts at a few hundred ns a row
+        try:
             index = self._index
             if data.id in index.ids:
                 raise SchemaError(f"row id {data.id!r} is already stored")
@@ -468,6 +470,8 @@ class InMemoryStorage(Storage):
             self._next_seq = seq + 1
             if index.max_capacity is not None and len(index.rows) > index.max_capacity:
                 index.enforce_capacity()
+        finally:
+            lock.release()
 
     def add_batch(self, data_batch: Sequence[DataRow], *, _where: str | None = None) -> None:
         if self._snapshot:
