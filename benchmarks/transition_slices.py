@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from common import best_of_rounds, fmt_ratio, fmt_us, markdown_table, median_seconds
+from common import best_of_rounds, fmt_us, markdown_table, median_seconds
 
 SLICE_LEN = 8
 NUM_SLICES = 32
@@ -130,6 +130,11 @@ class TorchRLSlices:
         gc.collect()
 
 
+def ratio(ours: float, peer: float) -> str:
+    """``ours / peer`` with three significant digits (the ratios here span 0.001-1)."""
+    return f"{ours / peer:.3g}x"
+
+
 def torchrl_version() -> str | None:
     """TorchRL's version, or None when it is not importable."""
     try:
@@ -207,13 +212,16 @@ def run_slices(quick: bool) -> str:
     peer = {kind: r for name, kind, r in results if name.startswith("TorchRL")}
     rows = []
     for name, kind, r in results:
-        ref = peer.get(kind) if not name.startswith("TorchRL") else None
+        ours = not name.startswith("TorchRL")
+        ref = peer.get(kind) if ours else None
+        cached = peer.get("uniform-cached") if ours and kind == "uniform" else None
         rows.append(
             [
                 name,
                 *(fmt_us(r[op]) for op in OPS),
                 f"{r['first sample after the fill'] * 1e3:.0f} ms",
-                *(fmt_ratio(r[op] / ref[op]) if ref else "" for op in OPS),
+                *(ratio(r[op], ref[op]) if ref else "" for op in OPS),
+                ratio(r["sample"], cached["sample"]) if cached else "",
             ]
         )
     lines = [
@@ -237,5 +245,6 @@ def run_slices(quick: bool) -> str:
         lines += [note, ""]
     header = ["implementation", *(f"{op} (µs)" for op in OPS), "first sample after the fill"]
     header += [f"{op}: ours / TorchRL" for op in OPS]
+    header.append("sample: ours / TorchRL cache_values=True")
     lines.append(markdown_table(header, rows))
     return "\n".join(lines)

@@ -120,6 +120,8 @@ class SliceSampler:
         if self.eta > 1:
             raise ArgumentError(f"eta must be in [0, 1], got {eta!r}")
         self._offsets = np.arange(self.slice_len, dtype=np.int64)
+        # A written row changes the starts up to L - 1 rows before it and the row after it.
+        self._around = np.arange(-self.slice_len + 1, 2, dtype=np.int64)
         self.reset(1)
 
     # ------------------------------------------------------------- state
@@ -243,13 +245,19 @@ class SliceSampler:
             read = np.concatenate(self._unread) if self._unread else np.zeros(0, np.int64)
             dirty = np.concatenate(self._dirty) if self._dirty else read[:0]
             # A written row changes the starts up to L - 1 rows before it (their
-            # windows) and the row after it (whether that one starts a run).
-            if (read.size * (n + 1) + dirty.size * n) >= cap:
+            # windows) and the row after it (whether that one starts a run); an
+            # updated priority the L starts up to it.
+            count = read.size * (n + 1) + dirty.size * n
+            if count >= cap:
                 starts = None
             else:
-                around = (read[:, None] + np.arange(-n + 1, 2)).reshape(-1)
-                before = (dirty[:, None] - self._offsets).reshape(-1)
-                starts = np.unique(np.concatenate([around, before]) % cap)
+                starts = (read[:, None] + self._around).reshape(-1)
+                if dirty.size:
+                    before = (dirty[:, None] - self._offsets).reshape(-1)
+                    starts = np.concatenate([starts, before])
+                starts %= cap
+                if count > _CHUNK:  # repeats are harmless (same weight), only wasted work
+                    starts = np.unique(starts)
         if read.size:
             self._ends[read] = self._read_ends(ring, read)
         if starts is None:
