@@ -8,8 +8,10 @@ lock, and checkpoints:
 * storage (:mod:`.storage`): where the columns live (RAM, memory map, CUDA);
 * writer (:mod:`.writer`): where new items go: the ring cursor, and the
   checked copy of ``add``/``add_batch`` (compiled or NumPy, one rule);
-* sampler (:mod:`.sampler`): which items are picked (uniform or prioritized
-  draws, epochs) and the gather into a TensorDict on the training device.
+* sampler (:mod:`.sampler`, :mod:`.slices`): which items are picked (a
+  :class:`~.sampler.Sampler` object: uniform, prioritized, slices within
+  episodes, or a user's own; epochs) and the gather into a TensorDict on the
+  training device.
 
 Data flows one way: add -> writer -> storage <- sampler -> batch.
 
@@ -195,7 +197,7 @@ def _batch_rows_slice(batch: Any, start: int, stop: int) -> Any:
 
 
 class ReplayBuffer:
-    """A fixed-size ring of transitions with uniform or prioritized sampling.
+    """A fixed-size ring of transitions with uniform, prioritized or slice sampling.
 
     The schema (keys, item shapes, dtypes) is taken from the first ``add`` or
     ``add_batch``; columns are preallocated then, and every later experience
@@ -723,14 +725,21 @@ class ReplayBuffer:
         Prioritized buffers draw item i with probability ``p_i / sum p`` and add
         two entries: ``index`` (int64 storage positions, for
         :meth:`update_priorities`) and ``weight`` (float32 importance weights
-        ``(p_i / p_min) ** -beta``, at most 1).
+        ``(p_i / p_min) ** -beta``, at most 1). A
+        :class:`~.slices.SliceSampler` returns ``batch_size // slice_len``
+        slices of ``slice_len`` consecutive steps of one episode (``index``
+        ``[S, L]``; ``mask`` / ``weight`` as configured); a user's sampler, the
+        rows of its :class:`~.sampler.Draw` with ``index`` and its extra entries.
 
         Returns:
-            TensorDict of batch size ``[batch_size]`` on ``device``.
+            TensorDict of batch size ``[batch_size]`` on ``device``
+            (``[batch_size // slice_len, slice_len]`` for slices).
 
         Raises:
-            EmptyBufferError: nothing is stored.
-            ArgumentError: ``batch_size`` is not a positive integer (a ``ValueError``).
+            EmptyBufferError: nothing is stored (for slices: no valid start).
+            ArgumentError: ``batch_size`` is not a positive integer (a ``ValueError``),
+                or not a multiple of a slice sampler's ``slice_len``.
+            SchemaError: a slice sampler's ``end_key`` is not a column.
             RateLimitTimeout: the rate limiter kept the call waiting past
                 ``timeout`` (too few items, or the learner is ahead); no sample
                 is counted.
