@@ -1329,10 +1329,17 @@ def _relative(image_path: Any, root: str, inside: str) -> Any:
     return "." if absolute == root else absolute
 
 
-def _dumps(value: Any, t: int, s: int) -> str:
+def _dumps(value: Any, t: int, s: int) -> bytes:
+    """One step's JSON line text as UTF-8 (no newline).
+
+    Raises:
+        TrajectoryError: not JSON-serialisable, or a string holds a lone surrogate
+            (no UTF-8 for it); names the trajectory and step.
+    """
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        return text.encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError: a lone surrogate
         raise TrajectoryError(f"trajectory {t} step {s} cannot be stored as JSON: {exc}") from None
 
 
@@ -1345,7 +1352,7 @@ def _step_lines(
         line: dict[str, Any] = {"t": t, "s": s, "step": d}
         if relative_urls[s]:
             line[_RELATIVE_URLS] = True
-        lines.append(_dumps(line, t, s).encode("utf-8") + b"\n")
+        lines.append(_dumps(line, t, s) + b"\n")
     return lines
 
 
@@ -1445,6 +1452,7 @@ def _frame_of(
     responses of split prompts are emptied in place.
     """
     ids: dict[str, int] = {}
+    message_lines: list[bytes] = []
     body: list[bytes] = []
     crcs: list[int] = []
     encode = _STEP_ENCODER.encode
@@ -1462,6 +1470,7 @@ def _frame_of(
                     number = ids.get(part)
                     if number is None:
                         number = ids[part] = len(ids)
+                        message_lines.append(part.encode("utf-8") + b"\n")
                     numbers.append(str(number))
                 reply = encode(response["raw_response"])  # type: ignore[index]
                 head = f'{{"s":{s}{url},"p":{separator},"m":[{",".join(numbers)}],"r":{reply}}}\n'
@@ -1472,17 +1481,16 @@ def _frame_of(
             line = dumps(d) if dumps is not None else NotImplemented
             if line is NotImplemented:
                 line = encode(d)
-        except (TypeError, ValueError) as exc:
+            head_line = head.encode("utf-8")
+            step_line = (line + "\n").encode("utf-8")
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError: a lone surrogate
             raise TrajectoryError(
                 f"trajectory {t} step {s} cannot be stored as JSON: {exc}"
             ) from None
-        head_line = head.encode("utf-8")
-        step_line = (line + "\n").encode("utf-8")
         crcs.append(zlib.crc32(step_line, zlib.crc32(head_line)))
         body.append(head_line)
         body.append(step_line)
-    messages = "\n".join(ids).encode("utf-8") + b"\n" if ids else b""
-    return messages + b"".join(body), np.array(crcs, dtype=np.uint32), len(ids)
+    return b"".join(message_lines + body), np.array(crcs, dtype=np.uint32), len(ids)
 
 
 _ZSTD = threading.local()
