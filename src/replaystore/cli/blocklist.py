@@ -31,6 +31,7 @@ def add_arguments(parser: Parser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """List, remove or clear blocklist entries; returns the exit status."""
     from replaystore.pipeline.blocklist import Blocklist, _entry_site
 
     target = Path(args.file)

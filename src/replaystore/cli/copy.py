@@ -51,6 +51,7 @@ def _open_store(target: str, role: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Copy every row of SRC into DST, verify DST's row count; returns the exit status."""
     from replaystore.experience.storage.urls import iter_store
 
     if args.src == args.dst:

@@ -122,6 +122,7 @@ def add_arguments(parser: Parser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Sample the trajectory storage, write the LLaMA-Factory dataset; returns the exit status."""
     from replaystore.experience.storage.urls import is_postgres_url
 
     if is_postgres_url(args.store):  # before the trajectory imports (torch): fail fast

@@ -32,6 +32,7 @@ def add_arguments(parser: Parser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Import the WebGym files into the trajectory storage; returns the exit status."""
     from replaystore.trajectories.storage import TrajectoryStorage
     from replaystore.trajectories.webgym_import import import_webgym
 

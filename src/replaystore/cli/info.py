@@ -134,6 +134,7 @@ def _kernel_summary() -> str:
 
 
 def version_text() -> str:
+    """What ``replaystore --version`` prints: versions and the active kernels."""
     v = _versions()
     packages = ", ".join(f"{name} {v[name] or 'not installed'}" for name in _CORE_PACKAGES)
     return (
@@ -144,6 +145,7 @@ def version_text() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the environment report (text or ``--json``); returns the exit status."""
     info = _environment_info()
     if args.json:
         print(json.dumps(info, indent=2))

@@ -51,6 +51,7 @@ def add_arguments(parser: Parser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run (or resume) the loop, or only build the tiny model; returns the exit status."""
     from replaystore.loop import (
         LoopInterrupted,
         LoopStageError,

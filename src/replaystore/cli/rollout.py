@@ -85,6 +85,7 @@ def add_arguments(parser: Parser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run one rollout iteration and print its outcome; returns the exit status (130: Ctrl-C)."""
     import asyncio
 
     from replaystore.rollouts.chat_client import DEFAULT_REQUEST_TIMEOUT_S

@@ -282,6 +282,7 @@ def _print_postgres_stats(s: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the summary of PATH (a path or a store URL); returns the exit status."""
     if ":" not in args.path:
         # Never a URL (every scheme needs a colon): skip the URL helpers, whose import
         # loads the whole experience package (~0.1 s) for nothing.

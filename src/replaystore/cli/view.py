@@ -77,6 +77,7 @@ def view_target(text: str) -> tuple[str, str, Path | None]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Serve the viewer over PATH until Ctrl-C; returns the exit status."""
     from replaystore.view import serve
 
     kind, target, image_root = view_target(args.path)

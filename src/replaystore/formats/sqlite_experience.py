@@ -74,7 +74,7 @@ def open_readonly(
             a WAL store in a directory this user cannot write names that), is no
             SQLite file, or has no ``rows`` table with ``columns``.
     """
-    path = Path(path)
+    path, columns = Path(path), tuple(columns)
     try:
         conn = sqlite3.connect(
             f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False
