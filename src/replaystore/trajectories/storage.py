@@ -1,13 +1,13 @@
-"""Incremental trajectory storage: one immutable JSONL file per rollout iteration and rank.
+"""Incremental trajectory storage: one immutable file per rollout iteration and rank.
 
 WebGym pickles each iteration with ``torch.save`` (loading runs arbitrary code,
-and a reader racing the writer hit ``EOFError``). Here every iteration file is
-UTF-8 JSON lines, written atomically (temporary file, fsync, rename), so a
-reader sees either no file or the complete file, and loading never executes
-anything. Screenshots stay image files; their paths, and the ``file://`` URLs
-of the prompts (``response.raw_prompt``), are stored relative to the storage
-root when they lie under it and resolved when read (move the whole directory
-freely; :mod:`~replaystore.trajectories.prompt_urls`).
+and a reader racing the writer hit ``EOFError``). Here every iteration file is a
+JSON header line followed by JSON data, written atomically (temporary file,
+fsync, rename), so a reader sees either no file or the complete file, and loading
+never executes anything. Screenshots stay image files; their paths, and the
+``file://`` URLs of the prompts (``response.raw_prompt``), are stored relative to
+the storage root when they lie under it and resolved when read (move the whole
+directory freely; :mod:`~replaystore.trajectories.prompt_urls`).
 
 Layout of ``root``::
 
@@ -15,27 +15,37 @@ Layout of ``root``::
     iteration_000001.rank001.jsonl   # rank 1
     iteration_000002.jsonl           # iteration 2 after merge_ranks(2)
 
-File format: the first line is a header (JSON object) with the iteration, rank,
-user metadata and an index: trajectory lengths, final rewards, dummy flags,
-same-as-next-screenshot flags and byte lengths of the step lines (fixed-width
-little-endian integers, base64). Each further line is one step, in trajectory
-order: ``{"t": trajectory number in the file, "s": step number, "step":
-step_to_dict(step)}``, plus ``"relative_image_urls": true`` when the step's
-prompt names its screenshots relative to the storage root. The index lets
-:meth:`ReplayBuffer.from_storage` open a million steps by reading headers only
-and seek straight to a step on access.
+File format (docs/file-formats.md has every field): the first line is a header
+(JSON object) with the iteration, rank, user metadata and an index: trajectory
+lengths, final rewards, dummy flags, same-as-next-screenshot flags and per-step
+CRC32s (fixed-width little-endian integers, base64). The index lets
+:meth:`ReplayBuffer.from_storage` open a million steps by reading headers only.
 
-Integrity (format version 2): the header
-index also holds the CRC32 of every step line (``line_crc32``). Each step line
-is verified when it is read (a sample, a history, :meth:`load_all`,
-:meth:`merge_ranks`), so a changed byte raises :class:`StorageError` naming the
-file, trajectory and step instead of loading altered data. At open (every header
-read, so :meth:`ReplayBuffer.from_storage` too) each file's size must equal
-its header's byte count and its last line must be the last step the header
-announces (and match its checksum): a truncated or extended file is refused at
-open, for the cost of one ``stat`` and one line read per file, not a hash of
-the data. Version 1 files (no checksums) still load; their size and last line
-are still checked at open, their lines are not checksummed.
+* Version 3 (written by default): one frame per trajectory (``index.frame_lengths``,
+  ``frame_crc32``, ``frame_codec``: stored as it is, or one zstandard frame where
+  that is smaller). A frame decodes to UTF-8 lines: the trajectory's distinct prompt
+  messages, each the exact JSON text it had in its prompt (a conversation is stored
+  once, not again at every step), then per step a head line (step number, the
+  message numbers of its prompt and their separator, ``raw_response``) and the
+  step's dict. Reading joins the messages back: the same prompt text, character for
+  character (:func:`_split_prompt`). A file-backed buffer keeps decoded frames (up
+  to 64 MiB) and parses each distinct message once (:meth:`_FileSource.sample_parts`).
+* Versions 1 and 2: one JSON line per step, ``{"t": trajectory number in the file,
+  "s": step number, "step": step_to_dict(step)}``, plus ``"relative_image_urls":
+  true`` when the step's prompt names its screenshots relative to the storage root;
+  ``index.line_lengths`` gives each line's byte length, so a step is one seek away.
+  ``TrajectoryStorage(root, format_version=2)`` still writes it;
+  :meth:`TrajectoryStorage.upgrade` rewrites older files as the storage's version.
+
+Integrity: every read is checked (version 3: the frame's CRC32, then the step's;
+version 2: the step line's CRC32), so a changed byte raises :class:`StorageError`
+naming the file, trajectory and, where it can tell, the step instead of loading
+altered data. At open (every header read, so :meth:`ReplayBuffer.from_storage`
+too) each file's size must equal its header's byte count and its last frame (or
+line) must match its checksum (version 1: be the last step the header announces):
+a truncated or extended file is refused at open, for the cost of one ``stat`` and
+one read per file, not a hash of the data. Version 1 files (no checksums) still
+load, their lines are not checksummed.
 
 Leftovers: a writer killed between creating its temporary file and renaming it
 leaves ``.iteration_<N>[.rank<R>].jsonl.<random>.tmp``. Opening a storage
