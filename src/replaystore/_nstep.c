@@ -1,6 +1,7 @@
 /* Compiled kernel of replaystore.transitions.nstep: the n-step window of each sample.
  *
- *   window(t, flags, reward, powers, n, pointer, ret, last, done, discount, term, term_flag)
+ *   window(t, flags, reward, powers, n, pointer, ret, next_src, next_out, done, discount,
+ *          term, term_flag)
  *
  * For each sampled storage position t[b] of a ring of cap = len(flags[0]) rows,
  * walks k = 0, 1, ... over the positions t + k (wrapping at cap), adding
@@ -8,14 +9,18 @@
  * path's products and its sum over k, so both give the same values), and stops
  * at the first k where one of the end flags is set, where pos is the newest
  * stored row (pointer - 1, modulo cap), or at k = n - 1. Then:
- *   ret[b] = the sum, last[b] = pos (the window's last position), done[b] = an
- *   end flag is set at pos, discount[b] = (float)powers[k + 1], and, unless
- *   term is None, term[b] = flags[term_flag][pos] != 0.
+ *   ret[b] = the sum; row b of next_out = row pos of next_src (the next_obs of
+ *   the window's last step, copied byte for byte); done[b] = an end flag is set
+ *   at pos; discount[b] = (float)powers[k + 1]; and, unless term is None,
+ *   term[b] = flags[term_flag][pos] != 0.
  *
  * Arguments: t int64[B]; flags a tuple of 1 to 3 uint8[cap] arrays (the done,
  * terminated and truncated columns; non-zero is true); reward float32[cap] or
- * float64[cap]; powers float64[n + 1]; outputs ret (the reward's dtype), last
- * int64, done uint8, discount float32 and term (uint8 or None), each [B]. All
+ * float64[cap]; powers float64[n + 1]; next_src any C-contiguous array of cap
+ * rows (the next_obs column) and next_out one of B rows of the same row size;
+ * outputs ret (the reward's dtype), done (uint8 or bool), discount float32
+ * and term (uint8, bool or None), each [B]; n, pointer and term_flag integers.
+ * All but next_src / next_out
  * 1-d and C-contiguous, of these exact types, else TypeError / ValueError.
  * Every t[b] must be in [0, cap) (ValueError names the first that is not).
  * The loop runs without the GIL.
@@ -23,6 +28,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 static int
 get_buffer(PyObject *obj, Py_buffer *view, char format, Py_ssize_t itemsize, int writable,
@@ -38,6 +44,8 @@ get_buffer(PyObject *obj, Py_buffer *view, char format, Py_ssize_t itemsize, int
     if (ok) {
         if (format == 'q') /* int64 is 'l' or 'q' depending on the platform */
             ok = f[0] == 'q' || (f[0] == 'l' && sizeof(long) == 8);
+        else if (format == 'B') /* one byte: uint8 or bool */
+            ok = f[0] == 'B' || f[0] == '?';
         else
             ok = f[0] == format;
     }
@@ -46,7 +54,7 @@ get_buffer(PyObject *obj, Py_buffer *view, char format, Py_ssize_t itemsize, int
                      format == 'd'   ? "float64"
                      : format == 'f' ? "float32"
                      : format == 'q' ? "int64"
-                                     : "uint8");
+                                     : "uint8 or bool");
         PyBuffer_Release(view);
         return -1;
     }
@@ -54,16 +62,29 @@ get_buffer(PyObject *obj, Py_buffer *view, char format, Py_ssize_t itemsize, int
 }
 
 #define MAX_FLAGS 3
-enum { B_T, B_REWARD, B_POWERS, B_RET, B_LAST, B_DONE, B_DISCOUNT, B_TERM, B_COUNT };
+enum {
+    B_T, B_REWARD, B_POWERS, B_RET, B_NEXT_SRC, B_NEXT_OUT, B_DONE, B_DISCOUNT, B_TERM, B_COUNT
+};
 
 static PyObject *
-nstep_window(PyObject *self, PyObject *args)
+nstep_window(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *to, *flagso, *rewardo, *powerso, *reto, *lasto, *doneo, *discounto, *termo;
-    Py_ssize_t n, pointer, term_flag;
-    if (!PyArg_ParseTuple(args, "OO!OOnnOOOOOn", &to, &PyTuple_Type, &flagso, &rewardo,
-                          &powerso, &n, &pointer, &reto, &lasto, &doneo, &discounto, &termo,
-                          &term_flag))
+    (void)self;
+    if (nargs != 13) {
+        PyErr_Format(PyExc_TypeError, "window takes 13 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *to = args[0], *flagso = args[1], *rewardo = args[2], *powerso = args[3];
+    PyObject *reto = args[6], *srco = args[7], *outo = args[8], *doneo = args[9];
+    PyObject *discounto = args[10], *termo = args[11];
+    if (!PyTuple_Check(flagso)) {
+        PyErr_SetString(PyExc_TypeError, "window: flags must be a tuple of arrays");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[4]);
+    Py_ssize_t pointer = PyLong_AsSsize_t(args[5]);
+    Py_ssize_t term_flag = PyLong_AsSsize_t(args[12]);
+    if ((n == -1 || pointer == -1 || term_flag == -1) && PyErr_Occurred())
         return NULL;
     Py_ssize_t nflags = PyTuple_GET_SIZE(flagso);
     if (nflags < 1 || nflags > MAX_FLAGS || n < 1) {
@@ -105,9 +126,12 @@ nstep_window(PyObject *self, PyObject *args)
     if (get_buffer(reto, &views[B_RET], rfmt, rsize, 1, "ret") < 0)
         goto done;
     got[B_RET] = 1;
-    if (get_buffer(lasto, &views[B_LAST], 'q', 8, 1, "last") < 0)
+    if (PyObject_GetBuffer(srco, &views[B_NEXT_SRC], PyBUF_C_CONTIGUOUS) < 0)
         goto done;
-    got[B_LAST] = 1;
+    got[B_NEXT_SRC] = 1;
+    if (PyObject_GetBuffer(outo, &views[B_NEXT_OUT], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        goto done;
+    got[B_NEXT_OUT] = 1;
     if (get_buffer(doneo, &views[B_DONE], 'B', 1, 1, "done") < 0)
         goto done;
     got[B_DONE] = 1;
@@ -122,7 +146,9 @@ nstep_window(PyObject *self, PyObject *args)
 
     Py_ssize_t rows = views[B_T].shape[0], cap = fviews[0].shape[0];
     int sizes_ok = views[B_REWARD].shape[0] == cap && views[B_POWERS].shape[0] == n + 1 &&
-                   views[B_RET].shape[0] == rows && views[B_LAST].shape[0] == rows &&
+                   views[B_RET].shape[0] == rows &&
+                   views[B_NEXT_SRC].len % cap == 0 &&
+                   views[B_NEXT_OUT].len == views[B_NEXT_SRC].len / cap * rows &&
                    views[B_DONE].shape[0] == rows && views[B_DISCOUNT].shape[0] == rows &&
                    (!has_term || views[B_TERM].shape[0] == rows) && cap > 0 && pointer >= 0 &&
                    pointer < cap;
@@ -130,8 +156,8 @@ nstep_window(PyObject *self, PyObject *args)
         sizes_ok = sizes_ok && fviews[i].shape[0] == cap;
     if (!sizes_ok) {
         PyErr_SetString(PyExc_ValueError,
-                        "window: flags and reward need cap rows, powers n + 1 values, the "
-                        "outputs len(t) values, and 0 <= pointer < cap");
+                        "window: flags, reward and next_src need cap rows, powers n + 1 "
+                        "values, the outputs len(t) rows, and 0 <= pointer < cap");
         goto done;
     }
 
@@ -140,7 +166,9 @@ nstep_window(PyObject *self, PyObject *args)
     const uint8_t *fl[MAX_FLAGS] = {NULL, NULL, NULL};
     for (Py_ssize_t i = 0; i < nflags; i++)
         fl[i] = (const uint8_t *)fviews[i].buf;
-    int64_t *lastp = (int64_t *)views[B_LAST].buf;
+    const Py_ssize_t row_bytes = views[B_NEXT_SRC].len / cap;
+    const char *srcp = (const char *)views[B_NEXT_SRC].buf;
+    char *outp = (char *)views[B_NEXT_OUT].buf;
     uint8_t *donep = (uint8_t *)views[B_DONE].buf;
     float *discp = (float *)views[B_DISCOUNT].buf;
     uint8_t *termp = has_term ? (uint8_t *)views[B_TERM].buf : NULL;
@@ -174,7 +202,7 @@ nstep_window(PyObject *self, PyObject *args)
             ((double *)views[B_RET].buf)[b] = accd;
         else
             ((float *)views[B_RET].buf)[b] = accf;
-        lastp[b] = pos;
+        memcpy(outp + b * row_bytes, srcp + pos * row_bytes, (size_t)row_bytes);
         donep[b] = (uint8_t)ended;
         discp[b] = (float)pw[k + 1];
         if (termp)
@@ -199,15 +227,16 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"window", nstep_window, METH_VARARGS,
-     "window(t, flags, reward, powers, n, pointer, ret, last, done, discount, term, "
-     "term_flag) -> None: the n-step window of each position t (see the module source)."},
+    {"window", (PyCFunction)(void (*)(void))nstep_window, METH_FASTCALL,
+     "window(t, flags, reward, powers, n, pointer, ret, next_src, next_out, done, discount, "
+     "term, term_flag) -> None: the n-step window of each position t (see the source)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "replaystore._nstep",
     "Compiled kernel of replaystore.transitions.nstep's n-step windows.", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC

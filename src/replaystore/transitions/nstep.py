@@ -239,6 +239,8 @@ class _KernelPlan:
     """What the compiled kernel reads: flag columns as bytes, the reward as one value per row."""
 
     kernel: ModuleType
+    powers: np.ndarray
+    """``gamma ** k`` for ``k = 0..n``."""
     flags: tuple[np.ndarray, ...]
     reward: np.ndarray
     reward_shape: tuple[int, ...]
@@ -312,15 +314,21 @@ class NStepReader:
         ends = [key for key in END_KEYS if key in arrays]
         if any(arrays[key].dtype != np.bool_ for key in ends):
             return None
+        if not arrays["next_obs"].flags.c_contiguous:  # the kernel copies whole rows
+            return None
         return _KernelPlan(
             kernel=self._kernel,
+            powers=_powers(self.n_step, self.gamma),
             flags=tuple(arrays[key].reshape(capacity).view(np.uint8) for key in ends),
             reward=reward.reshape(capacity),
             reward_shape=tuple(reward.shape[1:]),
             term_flag=ends.index("terminated") if "terminated" in ends else -1,
             next_obs=arrays["next_obs"],
+            # Flag item shapes other than [] (e.g. [1]), which the flag entries keep.
             item={
-                key: tuple(arrays[key].shape[1:]) for key in ("done", "terminated") if key in arrays
+                key: tuple(arrays[key].shape[1:])
+                for key in ("done", "terminated")
+                if key in arrays and arrays[key].ndim > 1
             },
         )
 
@@ -354,44 +362,44 @@ def _nstep_kernel(
     pointer: int,
     mask: torch.Tensor | np.ndarray | None,
 ) -> dict[str, torch.Tensor]:
+    # Every call of this path is part of an n-step sample_batch: a few small
+    # NumPy allocations and one kernel call (see benchmarks/RESULTS.md, n-step).
     shape = tuple(index.shape)
-    t = np.ascontiguousarray(np.asarray(index).reshape(-1), dtype=np.int64)
+    if type(index) is np.ndarray and index.ndim == 1 and index.dtype == np.int64:
+        t = index  # the sampler's own draw (the kernel checks it is contiguous)
+    else:
+        t = np.ascontiguousarray(np.asarray(index).reshape(-1), dtype=np.int64)
     keep: np.ndarray | None = None
     if mask is not None:
         keep = np.asarray(mask).reshape(-1).astype(bool, copy=False)
         t = np.where(keep, t, (pointer - 1) % len(plan.reward))  # padding: any stored row
     rows = len(t)
     ret = np.empty(rows, plan.reward.dtype)
-    last = np.empty(rows, np.int64)
-    done = np.empty(rows, np.uint8)
+    next_obs = np.empty((rows, *plan.next_obs.shape[1:]), plan.next_obs.dtype)
+    done = np.empty(rows, np.bool_)
     discount = np.empty(rows, np.float32)
-    term = np.empty(rows, np.uint8) if plan.term_flag >= 0 else None
+    term = np.empty(rows, np.bool_) if plan.term_flag >= 0 else None
     plan.kernel.window(
-        t,
-        plan.flags,
-        plan.reward,
-        _powers(n, gamma),
-        n,
-        pointer,
-        ret,
-        last,
-        done,
-        discount,
-        term,
-        plan.term_flag,
-    )
+        t, plan.flags, plan.reward, plan.powers, n, pointer, ret, plan.next_obs, next_obs, done,
+        discount, term, plan.term_flag,
+    )  # fmt: skip
+    if plan.reward_shape:
+        ret = ret.reshape(rows, *plan.reward_shape)
     out = {
-        "n_step_return": ret.reshape(rows, *plan.reward_shape),
-        "n_step_next_obs": plan.next_obs.take(last, axis=0),
-        "n_step_done": done.view(np.bool_),
-        "n_step_discount": discount,
+        "n_step_return": torch.from_numpy(ret),
+        "n_step_next_obs": torch.from_numpy(next_obs),
+        "n_step_done": torch.from_numpy(done),
+        "n_step_discount": torch.from_numpy(discount),
     }
     if term is not None:
-        out["n_step_terminated"] = term.view(np.bool_)
+        out["n_step_terminated"] = torch.from_numpy(term)
     if keep is not None:
+        padding = torch.from_numpy(~keep)
         for value in out.values():
-            value[~keep] = 0
-    return _shaped({key: torch.from_numpy(v) for key, v in out.items()}, shape, plan.item)
+            value[padding] = 0
+    if len(shape) == 1 and not plan.item:
+        return out
+    return _shaped(out, shape, plan.item)
 
 
 def compute_nstep(
