@@ -167,6 +167,7 @@ EXPORTS: dict[str, list[str]] = {
         "SliceSampler",
         "TransitionBuffer",
         "UniformSampler",
+        "nstep_fields",
     ],
     "replaystore.view": [
         "DEFAULT_HOST",

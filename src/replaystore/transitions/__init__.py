@@ -9,6 +9,7 @@ the checked copy of adds), ``sampler`` (which items are picked: the ``Sampler``
 protocol, uniform and prioritized samplers, random draws, epochs, gathers),
 ``slices`` (``SliceSampler``: slices of consecutive steps within episodes),
 ``prioritized`` (proportional priorities over a SumTree),
+``nstep`` (n-step returns computed at sample time, ``ReplayBuffer(n_step=)``),
 ``rate_limiter`` (actors and learner in step: Reverb's ``MinSize`` and
 ``SampleToInsertRatio``), ``checkpoint`` (atomic save/load), ``buffer`` (the
 composition and its API).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from replaystore.errors import RateLimitTimeout
 from replaystore.transitions.buffer import ReplayBuffer
+from replaystore.transitions.nstep import nstep_fields
 from replaystore.transitions.rate_limiter import RateLimiter
 from replaystore.transitions.sampler import (
     Draw,
@@ -43,4 +45,5 @@ __all__ = [
     "SliceSampler",
     "TransitionBuffer",
     "UniformSampler",
+    "nstep_fields",
 ]
