@@ -478,10 +478,8 @@ class TrajectoryStorage:
                 steps[s][SAME_KEY] = flag
         same = np.zeros(n, dtype=bool)
         has_prompt = np.zeros(n, dtype=bool)
-        prompts_root = root_url(self.root)
+        prompts_root, root, inside = self._root_strings()
         url_prefix = prompts_root + "/"
-        root = os.path.abspath(self.root)
-        inside = root.rstrip(os.sep) + os.sep
         relative_urls = [False] * n
         for s, d in enumerate(steps):
             value = d.get(SAME_KEY)
@@ -516,6 +514,16 @@ class TrajectoryStorage:
         else:
             encoded.lines = _step_lines(t, steps, relative_urls)
         return encoded
+
+    def _root_strings(self) -> tuple[str, str, str]:
+        """``(root_url, absolute root, absolute root + separator)``, made once per root."""
+        key = (self.root, os.getcwd())  # a relative root depends on the directory
+        cached = getattr(self, "_roots", None)
+        if cached is None or cached[0] != key:
+            root = os.path.abspath(self.root)
+            cached = (key, root_url(self.root), root, root.rstrip(os.sep) + os.sep)
+            self._roots = cached
+        return cached[1], cached[2], cached[3]
 
     def _fill_frame(
         self,
@@ -1399,9 +1407,10 @@ def _split_prompt(prompt: str, known: dict[str, list[str]]) -> tuple[int, list[s
     them: then the prompt is stored as it is).
 
     Every text but the last is one JSON object (parsed here, or found in ``known``);
-    the last is the rest of the prompt, not parsed: a reader that finds it is not one
-    JSON value falls back to parsing the joined prompt, as before (same result, same
-    error). ``known`` indexes texts already parsed by their first characters: one
+    the last, found as the first text after which no text starts with the same key
+    (``{"role"``), is the rest of the prompt, not parsed: a reader that finds it is
+    not one JSON value falls back to parsing the joined prompt, as before (same
+    result, same error). ``known`` indexes texts already parsed by their first characters: one
     found again at the same place is taken without parsing (a JSON object ends where
     its text ends, so the slice is the same value); new ones are added.
     """
@@ -1417,8 +1426,12 @@ def _split_prompt(prompt: str, known: dict[str, list[str]]) -> tuple[int, list[s
             if prompt.startswith(text, i):
                 end = i + len(text)
                 break
-        if end < 0 and separator >= 0 and prompt.find(_PROMPT_SEPARATORS[separator] + "{", i) < 0:
-            end = last  # the last message: the rest of the prompt
+        if end < 0 and separator >= 0:
+            # No later text starts like this message (its first key): this is the last
+            # message, the rest of the prompt.
+            first_key = prompt[i : prompt.find('"', i + 2) + 1]
+            if prompt.find(_PROMPT_SEPARATORS[separator] + first_key, i) < 0:
+                end = last
         if end < 0:
             try:
                 value, end = _SCAN(prompt, i)
