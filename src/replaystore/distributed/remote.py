@@ -7,6 +7,14 @@ actor. The client has the buffer class's public methods and properties, with
 the same names, signatures, docstrings and return values; an exception raised
 by the buffer is raised again on the caller's side with its own type and
 message (Ray's ``RayTaskError`` wrapper is removed).
+
+A buffer built with a ``rate_limiter`` blocks inside the actor (a sample waits
+for inserts, an insert for samples). Such an actor gets two more concurrency
+groups of one thread each, ``inserts`` (``add``, ``add_batch``) and ``samples``
+(``sample_batch``, ``sample_random``, ``get_next_batch``): a call waiting on the
+limiter holds only its own group, so the calls that unblock it still run, and
+each group keeps its calls in the order they were sent. Every other call runs
+in the default group. The buffer's own lock keeps the groups' threads safe.
 """
 
 from __future__ import annotations
@@ -30,6 +38,15 @@ from replaystore.distributed._ray import (
 from replaystore.errors import ArgumentError
 
 __all__ = ["RemoteActorError", "RemoteBuffer"]
+
+# Calls that may wait on a rate limiter, by the concurrency group they run in.
+_LIMITED_GROUPS = {
+    "add": "inserts",
+    "add_batch": "inserts",
+    "sample_batch": "samples",
+    "sample_random": "samples",
+    "get_next_batch": "samples",
+}
 
 
 class BufferHost:
@@ -60,6 +77,10 @@ class BufferHost:
                 "draw batches with get_next_batch() or sample_batch() instead"
             )
         return _pack(result)
+
+    def limited(self) -> bool:
+        """Whether the buffer has a rate limiter (its actor then has the wait groups)."""
+        return getattr(self.buffer, "rate_limiter", None) is not None
 
     def get_attr(self, name: str) -> Any:
         return getattr(self.buffer, name)
@@ -182,14 +203,16 @@ class RemoteBuffer:
     _actor: Any
     _class_path: str
     _what: str
+    _limited: bool
 
-    def __init__(self, actor: Any, class_path: str, what: str) -> None:
+    def __init__(self, actor: Any, class_path: str, what: str, limited: bool = False) -> None:
         object.__setattr__(self, "_actor", actor)
         object.__setattr__(self, "_class_path", class_path)
         object.__setattr__(self, "_what", what)
+        object.__setattr__(self, "_limited", limited)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self._actor, self._class_path, self._what))
+        return (_rebuild, (self._actor, self._class_path, self._what, self._limited))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._what}>"
@@ -249,7 +272,13 @@ class RemoteBuffer:
                 options["namespace"] = namespace
         if detached:
             options["lifetime"] = "detached"
-        actor = ray.remote(BufferHost).options(**options).remote(class_path, args, kwargs)
+        limited = kwargs.get("rate_limiter") is not None
+        if limited:
+            # Waits on the limiter hold their own group (see the module docstring).
+            host = ray.remote(concurrency_groups={"inserts": 1, "samples": 1})(BufferHost)
+        else:
+            host = ray.remote(BufferHost)
+        actor = host.options(**options).remote(class_path, args, kwargs)
         what = f"remote buffer {name!r}" if name else "remote buffer"
         # Construction errors (bad arguments) surface here, with their own type.
         try:
@@ -258,7 +287,7 @@ class RemoteBuffer:
             ray.kill(actor, no_restart=True)
             raise
         logger.info("started %s hosting %s", what, class_path)
-        return _client_class(class_path)(actor, class_path, what)
+        return _client_class(class_path)(actor, class_path, what, limited)
 
     @staticmethod
     def connect(name: str, namespace: str | None = None) -> RemoteBuffer:
@@ -273,7 +302,8 @@ class RemoteBuffer:
         actor = ray.get_actor(name, namespace=namespace)
         what = f"remote buffer {name!r}"
         class_path = get(actor.describe.remote(), what)
-        return _client_class(class_path)(actor, class_path, what)
+        limited = get(actor.limited.remote(), what)
+        return _client_class(class_path)(actor, class_path, what, limited)
 
     # ----------------------------------------------------------- the client
 
@@ -282,12 +312,19 @@ class RemoteBuffer:
         """The Ray actor handle (for ``ray.kill``, or passing to other actors)."""
         return self._actor
 
+    def _method(self, name: str) -> Any:
+        """The actor's ``call`` method, in the concurrency group ``name`` runs in."""
+        group = _LIMITED_GROUPS.get(name) if self._limited else None
+        if group is None:
+            return self._actor.call
+        return self._actor.call.options(concurrency_group=group)
+
     def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return _unpack(get(self._actor.call.remote(name, args, kwargs), self._what))
+        return _unpack(get(self._method(name).remote(name, args, kwargs), self._what))
 
     def _submit(self, name: str, *args: Any) -> Any:
         """Start a call without waiting; returns its ObjectRef (used by the batching writer)."""
-        return self._actor.call.remote(name, args, {})
+        return self._method(name).remote(name, args, {})
 
     def terminate(self) -> None:
         """Kill the actor (its buffer is lost unless saved); detached ones too.
@@ -314,5 +351,5 @@ class RemoteBuffer:
         raise AttributeError(f"{type(self).__name__} has no settable attribute {name!r}")
 
 
-def _rebuild(actor: Any, class_path: str, what: str) -> RemoteBuffer:
-    return _client_class(class_path)(actor, class_path, what)
+def _rebuild(actor: Any, class_path: str, what: str, limited: bool = False) -> RemoteBuffer:
+    return _client_class(class_path)(actor, class_path, what, limited)

@@ -18,12 +18,20 @@ the distribution of one buffer holding the union. Global indices are
 ``shard * buffer_size + position`` and route ``update_priorities`` back.
 Items added by other writers between steps 1 and 3 may shift a shard's share
 by those items' mass (one round trip's worth), as in any concurrent buffer.
+
+Rate limiting (``rate_limiter=``): one :class:`~replaystore.transitions.RateLimiter`
+for the whole buffer lives in its own actor (``<name>-limiter``). A shard asks
+it for room before writing a batch and reports the batch (and the rows its ring
+overwrote) once written; :meth:`ShardedReplayBuffer.sample_batch` asks it for
+``batch_size`` samples before drawing. A shard waits for room in its own
+concurrency group (``inserts``), so it keeps serving samples meanwhile.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,12 +54,49 @@ from replaystore.errors import (
     CheckpointError,
     EmptyBufferError,
     PriorityError,
+    RateLimitTimeout,
+    check_number,
 )
+from replaystore.transitions.rate_limiter import RateLimiter
 
 __all__ = ["ShardedReplayBuffer"]
 
 _MANIFEST = "manifest.json"
 _FORMAT = "replaystore.sharded/1"
+_LIMITER = "the rate limiter actor"
+
+
+class LimiterHost:
+    """The one RateLimiter of a sharded buffer, inside an actor (not public).
+
+    Its waiting calls (``acquire_samples``, ``reserve_inserts``) run in the
+    ``waits`` concurrency group, many at once; the calls that wake them
+    (commits, cancels) in the default group, so they never queue behind a wait.
+    """
+
+    def __init__(self, limiter: RateLimiter) -> None:
+        self.limiter = limiter
+
+    def acquire_samples(self, n: int, timeout: float | None) -> None:
+        self.limiter.acquire_samples(n, timeout)
+
+    def cancel_samples(self, n: int) -> None:
+        self.limiter.cancel_samples(n)
+
+    def reserve_inserts(self, n: int, timeout: float | None) -> int:
+        return self.limiter.reserve_inserts(n, timeout)
+
+    def commit_inserts(self, n: int, deleted: int) -> None:
+        self.limiter.commit_inserts(n, deleted)
+
+    def cancel_inserts(self, n: int) -> None:
+        self.limiter.cancel_inserts(n)
+
+    def get(self) -> RateLimiter:
+        return self.limiter  # sent as a copy: settings and counters
+
+    def restore(self, inserts: int, samples: int, size: int) -> None:
+        self.limiter.restore(inserts, samples, size)
 
 
 class ShardHost:
@@ -62,8 +107,9 @@ class ShardHost:
     transitions, and on (re)start loads that checkpoint when it exists.
     """
 
-    def __init__(self, shard: int, config: dict[str, Any]) -> None:
+    def __init__(self, shard: int, config: dict[str, Any], limiter: Any = None) -> None:
         self.error: Exception | None = None
+        self.limiter = limiter  # the LimiterHost actor, or None
         try:
             self._setup(shard, config)
         except Exception as exc:
@@ -109,14 +155,48 @@ class ShardHost:
             raise self.error
         return {**self.config, "shard": self.shard, "restored": self.restored, "pid": os.getpid()}
 
-    def add_batch(self, batch: Mapping[str, Any]) -> int:
-        self.buf.add_batch(batch)
+    def add_batch(self, batch: Mapping[str, Any], timeout: float | None = None) -> int:
         n = len(next(iter(batch.values()))) if batch else 0
+        if self.limiter is None or not n:
+            self.buf.add_batch(batch)
+        else:
+            self._add_limited(batch, n, timeout)
         self.since += n
         if self.auto is not None and self.every and self.since >= self.every:
             self.buf.save(self.auto)
             self.since = 0
         return int(self.buf.size)
+
+    def _add_limited(self, batch: Mapping[str, Any], n: int, timeout: float | None) -> None:
+        """Write ``batch`` in the parts the limiter allows, reporting each (see the class)."""
+        ray = import_ray()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        wait = self.limiter.reserve_inserts.options(concurrency_group="waits")
+        done = 0
+        while done < n:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                k = ray.get(wait.remote(n - done, left))
+            except ray.exceptions.RayError as exc:
+                try:
+                    reraise(exc, _LIMITER)
+                except RateLimitTimeout as timed_out:
+                    raise RateLimitTimeout(
+                        f"add_batch of {n} rows to shard {self.shard} timed out after "
+                        f"{timeout:g} s with the first {done} added: {timed_out}",
+                        requested=n,
+                        completed=done,
+                    ) from None
+            part = batch if k == n else {key: v[done : done + k] for key, v in batch.items()}
+            before = int(self.buf.size)
+            try:
+                self.buf.add_batch(part)
+            except BaseException:
+                self.limiter.cancel_inserts.remote(k)
+                raise
+            # Not waited for: the default group runs this shard's reports in order.
+            self.limiter.commit_inserts.remote(k, k - (int(self.buf.size) - before))
+            done += k
 
     def stats(self) -> tuple[int, float, float]:
         size = int(self.buf.size)
@@ -186,6 +266,11 @@ class ShardedReplayBuffer:
             ``num_shards`` times the batch's rows: cheap for vector observations).
             False: two rounds (statistics, then each shard draws only its
             share): for large observations (images). Same distribution either way.
+        rate_limiter: one :class:`~replaystore.transitions.RateLimiter` for all
+            shards (hosted in the actor ``<name>-limiter``): ``sample_batch``
+            waits for ``min_size_to_sample`` transitions over all shards and, with
+            ``samples_per_insert``, samples and adds wait for each other. Its
+            counters are in :meth:`save`'s manifest.
 
     Raises:
         ArgumentError: a bad argument (named).
@@ -211,6 +296,7 @@ class ShardedReplayBuffer:
         max_restarts: int = 0,
         num_cpus: float = 0,
         single_round: bool = True,
+        rate_limiter: RateLimiter | None = None,
     ) -> None:
         ray = import_ray()
         require_initialized(ray)
@@ -231,6 +317,16 @@ class ShardedReplayBuffer:
             )
         if detached and not name:
             raise ArgumentError("detached=True needs name= (detached actors are found by name)")
+        if rate_limiter is not None:
+            if not isinstance(rate_limiter, RateLimiter):
+                raise ArgumentError(
+                    f"rate_limiter must be a RateLimiter or None, got {type(rate_limiter).__name__}"
+                )
+            if rate_limiter.min_size_to_sample > num_shards * buffer_size:
+                raise ArgumentError(
+                    f"rate_limiter.min_size_to_sample={rate_limiter.min_size_to_sample} is above "
+                    f"the total capacity {num_shards * buffer_size}: no sample could ever go on"
+                )
         config = {
             "num_shards": num_shards,
             "buffer_size": buffer_size,
@@ -246,18 +342,27 @@ class ShardedReplayBuffer:
             "max_restarts": int(max_restarts),
             "name": name,
             "single_round": bool(single_round),
+            "rate_limited": rate_limiter is not None,
         }
         options: dict[str, Any] = {"num_cpus": num_cpus, "max_restarts": int(max_restarts)}
         if namespace:
             options["namespace"] = namespace
         if detached:
             options["lifetime"] = "detached"
-        host = ray.remote(ShardHost)
+        limiter = None
+        if rate_limiter is None:
+            host = ray.remote(ShardHost)
+        else:
+            # A shard waits for room in its "inserts" group, still serving samples.
+            host = ray.remote(concurrency_groups={"inserts": 1})(ShardHost)
+            lim_host = ray.remote(concurrency_groups={"waits": 256})(LimiterHost)
+            opts = dict(options, name=f"{name}-limiter") if name else options
+            limiter = lim_host.options(**opts).remote(rate_limiter)
         actors = []
         for i in range(num_shards):
             opts = dict(options, name=f"{name}-shard-{i}") if name else options
-            actors.append(host.options(**opts).remote(i, config))
-        self._init(actors, config, device)
+            actors.append(host.options(**opts).remote(i, config, limiter))
+        self._init(actors, config, device, limiter)
         # Construction errors (bad alpha, ...) surface here with their own type.
         try:
             self._get([a.info.remote() for a in actors], range(num_shards))
@@ -266,8 +371,15 @@ class ShardedReplayBuffer:
             raise
         logger.info("started %d shards of %d transitions", num_shards, buffer_size)
 
-    def _init(self, actors: list[Any], config: dict[str, Any], device: torch.device | str) -> None:
+    def _init(
+        self,
+        actors: list[Any],
+        config: dict[str, Any],
+        device: torch.device | str,
+        limiter: Any = None,
+    ) -> None:
         self._actors = actors
+        self._limiter = limiter
         self._config = config
         self._capacity = config["buffer_size"]
         self._prioritized = config["sampler"] == "prioritized"
@@ -294,8 +406,11 @@ class ShardedReplayBuffer:
             ray.get_actor(f"{name}-shard-{i}", namespace=namespace)
             for i in range(1, config["num_shards"])
         ]
+        limiter = None
+        if config.get("rate_limited"):
+            limiter = ray.get_actor(f"{name}-limiter", namespace=namespace)
         self = cls.__new__(cls)
-        self._init(actors, config, device)
+        self._init(actors, config, device, limiter)
         return self
 
     # --------------------------------------------------------------- helpers
@@ -321,6 +436,20 @@ class ShardedReplayBuffer:
             except ray.exceptions.RayError as exc:
                 reraise(exc, self._what(shard))
         return out
+
+    def _limiter_call(self, ref: Any) -> Any:
+        ray = import_ray()
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            reraise(exc, _LIMITER)
+
+    @property
+    def rate_limiter(self) -> RateLimiter | None:
+        """A copy of the shared rate limiter (its settings and counters now), or None."""
+        if self._limiter is None:
+            return None
+        return self._limiter_call(self._limiter.get.remote())
 
     @property
     def num_shards(self) -> int:
@@ -370,30 +499,42 @@ class ShardedReplayBuffer:
             raise ArgumentError(f"only add_batch can be submitted, not {name!r}")
         shard = self._next
         self._next = (shard + 1) % len(self._actors)
-        return self._actors[shard].add_batch.remote(batch), self._what(shard)
+        return self._add_method(shard).remote(batch), self._what(shard)
 
-    def add_batch(self, batch: Mapping[str, Any], *, shard: int | None = None) -> None:
+    def _add_method(self, shard: int) -> Any:
+        method = self._actors[shard].add_batch
+        return method if self._limiter is None else method.options(concurrency_group="inserts")
+
+    def add_batch(
+        self, batch: Mapping[str, Any], *, shard: int | None = None, timeout: float | None = None
+    ) -> None:
         """Add N transitions to one shard (the next round-robin one, or ``shard``).
 
         Args:
             batch: mapping of key -> array / tensor with a leading dimension N,
                 as ``transitions.ReplayBuffer.add_batch``.
             shard: the shard to write to (default: round-robin).
+            timeout: with a rate limiter, seconds to wait at most for room (None:
+                no limit); the batch goes on in parts as room comes, as locally.
 
         Raises:
             SchemaError: as the local buffer (raised with its type).
             RemoteActorError: the shard is dead (named).
+            RateLimitTimeout: ``timeout`` passed; its first ``exc.completed`` rows
+                were added.
         """
+        if timeout is not None:
+            timeout = check_number(timeout, "timeout", minimum=0)
         if shard is None:
             shard = self._next
             self._next = (shard + 1) % len(self._actors)
         elif type(shard) is not int or not 0 <= shard < len(self._actors):
             raise ArgumentError(f"shard must be in 0..{len(self._actors) - 1}, got {shard!r}")
-        self._get([self._actors[shard].add_batch.remote(dict(batch))], [shard])
+        self._get([self._add_method(shard).remote(dict(batch), timeout)], [shard])
 
     # -------------------------------------------------------------- sampling
 
-    def sample_batch(self, batch_size: int) -> TensorDict:
+    def sample_batch(self, batch_size: int, *, timeout: float | None = None) -> TensorDict:
         """Draw ``batch_size`` transitions over all shards, with replacement.
 
         Same distribution and keys as ``transitions.ReplayBuffer.sample_batch`` on
@@ -401,16 +542,35 @@ class ShardedReplayBuffer:
         (global: ``shard * buffer_size + position``) and ``weight``
         (``(p_i / p_min) ** -beta`` with the global minimum, at most 1).
 
+        With a rate limiter the call first waits (at most ``timeout`` seconds;
+        None: no limit) until the shared limiter allows ``batch_size`` samples.
+
         Raises:
             EmptyBufferError: no shard holds anything.
-            ArgumentError: ``batch_size`` is not a positive integer.
+            ArgumentError: ``batch_size`` is not a positive integer, or a bad ``timeout``.
             RemoteActorError: a shard is dead (named).
+            RateLimitTimeout: ``timeout`` passed first (no sample is counted).
 
         Cost: one round of actor calls (``single_round=True``; two otherwise, see
-        the constructor), then one concatenation and one permutation.
+        the constructor), then one concatenation and one permutation; one more
+        round trip, to the limiter actor, with a rate limiter.
         """
         if type(batch_size) is not int or batch_size < 1:
             raise ArgumentError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if timeout is not None:
+            timeout = check_number(timeout, "timeout", minimum=0)
+        if self._limiter is None:
+            return self._draw(batch_size)
+        wait = self._limiter.acquire_samples.options(concurrency_group="waits")
+        self._limiter_call(wait.remote(batch_size, timeout))
+        try:
+            return self._draw(batch_size)
+        except BaseException:
+            self._limiter.cancel_samples.remote(batch_size)  # nothing was drawn
+            raise
+
+    def _draw(self, batch_size: int) -> TensorDict:
+        """``batch_size`` transitions over all shards (see :meth:`sample_batch`)."""
         if self._single_round:
             # Each shard draws the whole batch with its statistics; the first
             # counts[s] of shard s's iid draws are a draw of counts[s] items.
@@ -529,6 +689,10 @@ class ShardedReplayBuffer:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Checkpoint every shard plus a manifest, atomic as a whole.
 
+        The manifest also holds the rate limiter's counters (with ``rate_limiter``);
+        :meth:`load` restores them (a manifest without them counts the loaded
+        transitions as just inserted, none sampled).
+
         Each shard writes a full checkpoint into a new generation directory
         ``<path>/gen-<id>/shard-<i>``; then ``<path>/manifest.json`` is replaced
         atomically (temp file, fsync, rename) to name that generation; then older
@@ -559,6 +723,8 @@ class ShardedReplayBuffer:
             "generation": gen,
             "shards": [f"{gen}/shard-{i}" for i in range(self.num_shards)],
         }
+        if self._limiter is not None:
+            manifest["rate_limiter"] = self._limiter_call(self._limiter.get.remote()).state_dict()
         atomic_write_json(root / _MANIFEST, manifest)
         for old in root.glob("gen-*"):
             if old.name != gen:
@@ -593,13 +759,26 @@ class ShardedReplayBuffer:
                     f"checkpoint {root} has {key}={manifest.get(key)} but this buffer has {mine}"
                 )
         files = [str(root / rel) for rel in manifest["shards"]]
-        self._get(
+        sizes = self._get(
             [a.load.remote(f) for a, f in zip(self._actors, files, strict=True)],
             range(self.num_shards),
         )
+        if self._limiter is not None:
+            # Without saved counters the loaded items count as just inserted, none sampled.
+            total = sum(sizes)
+            state = manifest.get("rate_limiter") or {"inserts": total, "samples": 0}
+            try:
+                inserts, samples = int(state["inserts"]), int(state["samples"])
+            except (KeyError, TypeError, ValueError) as exc:
+                raise CheckpointError(f"{root / _MANIFEST}: bad rate_limiter: {exc!r}") from exc
+            if min(inserts, samples) < 0:
+                raise CheckpointError(f"{root / _MANIFEST}: negative rate limiter counters")
+            self._limiter_call(self._limiter.restore.remote(inserts, samples, total))
 
     def terminate(self) -> None:
         """Kill every shard actor now (detached ones too); their contents are lost unless saved."""
         ray = import_ray()
         for actor in self._actors:
             ray.kill(actor, no_restart=True)
+        if self._limiter is not None:
+            ray.kill(self._limiter, no_restart=True)
