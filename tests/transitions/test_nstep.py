@@ -469,3 +469,23 @@ def test_a_missing_kernel_is_said_once_when_an_n_step_buffer_is_made(monkeypatch
     (message,) = [str(w.message) for w in record if w.category is CompiledKernelWarning]
     assert "replaystore._nstep is not installed" in message
     assert "REPLAYSTORE_NSTEP=numpy" in message
+
+
+@pytest.mark.skipif(nstep_module._cnstep is None, reason="replaystore._nstep is not built")
+def test_kernel_refuses_mismatched_buffers_and_positions_outside_the_ring():
+    plan_type = nstep_module._cnstep.Plan
+    flags = (np.zeros(4, bool),)
+    reward, powers, next_obs = np.ones(4, np.float32), np.ones(3), np.zeros((4, 2), np.float32)
+    with pytest.raises(ValueError, match="same cap"):
+        plan_type(flags, np.ones(5, np.float32), powers, next_obs, -1)
+    with pytest.raises(TypeError, match="reward must be a 1-d contiguous array of float32"):
+        plan_type(flags, np.ones(4, np.int32), powers, next_obs, -1)
+    window = plan_type(flags, reward, powers, next_obs, -1).window
+    out = (np.empty(2, np.float32), np.empty((2, 2), np.float32), np.empty(2, bool))
+    discount = np.empty(2, np.float32)
+    with pytest.raises(ValueError, match=r"t\[1\] = 4 is outside \[0, 4\)"):
+        window(np.array([0, 4]), 0, *out, discount, None)
+    with pytest.raises(ValueError, match="len\\(t\\) rows"):
+        window(np.array([0, 1, 2]), 0, *out, discount, None)
+    window(np.array([0, 3]), 0, *out, discount, None)  # n = 2; pointer 0: the newest is row 3
+    assert out[0].tolist() == [2.0, 1.0] and discount.tolist() == [1.0, 1.0]

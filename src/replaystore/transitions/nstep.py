@@ -34,9 +34,8 @@ on the storage's device.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import ModuleType
 
 import numpy as np
 import torch
@@ -236,17 +235,16 @@ def _numpy_views(columns: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray | 
 
 @dataclass(slots=True)
 class _KernelPlan:
-    """What the compiled kernel reads: flag columns as bytes, the reward as one value per row."""
+    """The compiled kernel's plan of a storage and what the outputs look like."""
 
-    kernel: ModuleType
-    powers: np.ndarray
-    """``gamma ** k`` for ``k = 0..n``."""
-    flags: tuple[np.ndarray, ...]
-    reward: np.ndarray
+    window: Callable[..., None]
+    """``replaystore._nstep.Plan(...).window``: it holds the columns it reads."""
+    capacity: int
+    reward_dtype: np.dtype
     reward_shape: tuple[int, ...]
-    term_flag: int
-    """Index of the ``terminated`` column in ``flags``, or -1."""
-    next_obs: np.ndarray
+    has_term: bool
+    next_obs_dtype: np.dtype
+    next_obs_shape: tuple[int, ...]
     item: dict[str, tuple[int, ...]]
 
 
@@ -316,14 +314,21 @@ class NStepReader:
             return None
         if not arrays["next_obs"].flags.c_contiguous:  # the kernel copies whole rows
             return None
+        plan = self._kernel.Plan(
+            tuple(arrays[key].reshape(capacity) for key in ends),
+            reward.reshape(capacity),
+            _powers(self.n_step, self.gamma),
+            arrays["next_obs"],
+            ends.index("terminated") if "terminated" in ends else -1,
+        )
         return _KernelPlan(
-            kernel=self._kernel,
-            powers=_powers(self.n_step, self.gamma),
-            flags=tuple(arrays[key].reshape(capacity).view(np.uint8) for key in ends),
-            reward=reward.reshape(capacity),
+            window=plan.window,
+            capacity=capacity,
+            reward_dtype=reward.dtype,
             reward_shape=tuple(reward.shape[1:]),
-            term_flag=ends.index("terminated") if "terminated" in ends else -1,
-            next_obs=arrays["next_obs"],
+            has_term="terminated" in ends,
+            next_obs_dtype=arrays["next_obs"].dtype,
+            next_obs_shape=tuple(arrays["next_obs"].shape[1:]),
             # Flag item shapes other than [] (e.g. [1]), which the flag entries keep.
             item={
                 key: tuple(arrays[key].shape[1:])
@@ -348,7 +353,7 @@ class NStepReader:
         entries are on the storing device.
         """
         if self._plan is not None:
-            return _nstep_kernel(self._plan, index, self.n_step, self.gamma, pointer, mask)
+            return _nstep_kernel(self._plan, index, pointer, mask)
         return compute_nstep(
             self._columns, self._arrays, index, self.n_step, self.gamma, pointer, mask
         )
@@ -357,8 +362,6 @@ class NStepReader:
 def _nstep_kernel(
     plan: _KernelPlan,
     index: torch.Tensor | np.ndarray,
-    n: int,
-    gamma: float,
     pointer: int,
     mask: torch.Tensor | np.ndarray | None,
 ) -> dict[str, torch.Tensor]:
@@ -372,17 +375,14 @@ def _nstep_kernel(
     keep: np.ndarray | None = None
     if mask is not None:
         keep = np.asarray(mask).reshape(-1).astype(bool, copy=False)
-        t = np.where(keep, t, (pointer - 1) % len(plan.reward))  # padding: any stored row
+        t = np.where(keep, t, (pointer - 1) % plan.capacity)  # padding: any stored row
     rows = len(t)
-    ret = np.empty(rows, plan.reward.dtype)
-    next_obs = np.empty((rows, *plan.next_obs.shape[1:]), plan.next_obs.dtype)
+    ret = np.empty(rows, plan.reward_dtype)
+    next_obs = np.empty((rows, *plan.next_obs_shape), plan.next_obs_dtype)
     done = np.empty(rows, np.bool_)
     discount = np.empty(rows, np.float32)
-    term = np.empty(rows, np.bool_) if plan.term_flag >= 0 else None
-    plan.kernel.window(
-        t, plan.flags, plan.reward, plan.powers, n, pointer, ret, plan.next_obs, next_obs, done,
-        discount, term, plan.term_flag,
-    )  # fmt: skip
+    term = np.empty(rows, np.bool_) if plan.has_term else None
+    plan.window(t, pointer, ret, next_obs, done, discount, term)
     if plan.reward_shape:
         ret = ret.reshape(rows, *plan.reward_shape)
     out = {
