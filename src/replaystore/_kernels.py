@@ -82,7 +82,7 @@ KERNELS: tuple[Kernel, ...] = (
         module="replaystore._nstep",
         env="REPLAYSTORE_NSTEP",
         used_by="n-step returns at sample time (ReplayBuffer(n_step>1) on CPU storage)",
-        fallback_cost="about 2x slower n-step entries (NumPy array passes instead of one loop)",
+        fallback_cost="about 2x slower n-step sample_batch (NumPy passes instead of one loop)",
     ),
 )
 
