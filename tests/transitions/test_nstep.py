@@ -489,3 +489,17 @@ def test_kernel_refuses_mismatched_buffers_and_positions_outside_the_ring():
         window(np.array([0, 1, 2]), 0, *out, discount, None)
     window(np.array([0, 3]), 0, *out, discount, None)  # n = 2; pointer 0: the newest is row 3
     assert out[0].tolist() == [2.0, 1.0] and discount.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("storage", ["memory", "memmap"])
+def test_closing_or_resetting_the_buffer_lets_go_of_its_columns(storage):
+    buf = ReplayBuffer("cpu", "cpu", 8, storage=storage, n_step=2)
+    buf.add_batch(episodes(np.random.default_rng(0), 5))
+    reader = buf._sampler.nstep
+    assert reader is not None and reader._columns
+    buf.reset()
+    assert not reader._columns and reader._plan is None and reader._arrays is None
+    buf.add_batch(episodes(np.random.default_rng(1), 5))
+    assert "n_step_return" in buf.sample_batch(4).keys()  # noqa: SIM118
+    buf.close()
+    assert not reader._columns and reader._plan is None

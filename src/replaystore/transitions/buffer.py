@@ -564,6 +564,8 @@ class ReplayBuffer:
     def _drop_storage(self, *, remove_files: bool) -> None:
         self._writer.unbind()  # releases the compiled plan's views of the columns
         self._sampler.unbind()
+        if self._sampler.nstep is not None:
+            self._sampler.nstep.unbind()  # the kernel's plan holds the columns' buffers
         if self._storage is not None:
             self._storage.close()
         if remove_files and self._kind == "memmap":
