@@ -820,21 +820,90 @@ class TrajectoryStorage:
         assert header.frame_lengths is not None and header.frame_crc is not None
         assert header.frame_codec is not None and header.message_counts is not None
         path = header.file.path
-        offsets = header.frame_offsets()
-        for t in range(int(header.lengths.size)):
-            where = f"{path} trajectory {t}"
-            data = _read_frame(
-                path,
-                int(offsets[t]),
-                int(header.frame_lengths[t]),
-                int(header.frame_crc[t]),
-                int(header.frame_codec[t]),
-                where,
-            )
-            yield (
-                t,
-                _split_frame(data, int(header.message_counts[t]), int(header.lengths[t]), where),
-            )
+        with open(path, "rb") as handle:
+            handle.seek(header.body_start)
+            for t in range(int(header.lengths.size)):
+                where = f"{path} trajectory {t}"
+                length = int(header.frame_lengths[t])
+                data = _decode_frame(
+                    handle.read(length),
+                    length,
+                    int(header.frame_crc[t]),
+                    int(header.frame_codec[t]),
+                    where,
+                )
+                n_messages = int(header.message_counts[t])
+                yield t, _split_frame(data, n_messages, int(header.lengths[t]), where)
+
+    def _edge_records(self, header: _Header) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+        """Per trajectory of a file: its first and last step records, ``{"step": the
+        step's dict as stored}`` (screenshot paths as stored; version 3: without the
+        prompt and response texts), for indexes such as the viewer's. Version 3 frames
+        are checked (CRC32); version 1-2 lines are read as they are.
+
+        Raises:
+            StorageError: a frame or line is damaged or not JSON.
+        """
+        path = header.file.path
+        if header.version >= 3:
+            for t, frame in self._frames_of(header):
+                records = []
+                for s in (0, int(header.lengths[t]) - 1):
+                    try:
+                        records.append({"step": json.loads(frame.lines[2 * s + 1])})
+                    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                        raise StorageError(f"{path} trajectory {t} step {s}: {exc}") from None
+                yield records[0], records[1]
+            return
+        offsets = header.body_start + np.cumsum(header.line_lengths) - header.line_lengths
+        starts = np.cumsum(header.lengths) - header.lengths
+        with open(path, "rb") as handle:
+            for t in range(int(header.lengths.size)):
+                edges = []
+                for i in (int(starts[t]), int(starts[t] + header.lengths[t] - 1)):
+                    handle.seek(int(offsets[i]))
+                    raw = handle.read(int(header.line_lengths[i]))
+                    try:
+                        record = json.loads(raw)
+                    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                        raise StorageError(
+                            f"{path}: malformed step line at byte {int(offsets[i])} ({exc})"
+                        ) from None
+                    if not isinstance(record, dict):
+                        raise StorageError(
+                            f"{path}: step line at byte {int(offsets[i])} is not an object"
+                        )
+                    edges.append(record)
+                yield edges[0], edges[1]
+
+    def _trajectory_steps(
+        self, header: _Header, t: int, first: int, count: int, where: str
+    ) -> list[dict[str, Any]]:
+        """Steps ``first .. first+count-1`` of trajectory ``t`` of a version 3 file,
+        decoded as :meth:`load_all` decodes them (checksums verified).
+
+        Raises:
+            FileNotFoundError: the file is gone.
+            StorageError: the frame or a step is damaged.
+        """
+        assert header.frame_lengths is not None and header.frame_crc is not None
+        assert header.frame_codec is not None and header.message_counts is not None
+        data = _read_frame(
+            header.file.path,
+            int(header.frame_offsets()[t]),
+            int(header.frame_lengths[t]),
+            int(header.frame_crc[t]),
+            int(header.frame_codec[t]),
+            f"{where}",
+        )
+        frame = _split_frame(data, int(header.message_counts[t]), int(header.lengths[t]), where)
+        start = int((np.cumsum(header.lengths) - header.lengths)[t])
+        out = []
+        for s in range(first, first + count):
+            at = f"{where} step {s}"
+            head, step_raw = _checked_head(frame, s, int(header.line_crc[start + s]), at)
+            out.append(self._decode_frame_step(frame, head, step_raw, at))
+        return out
 
     def _read_file(self, file: IterationFile) -> tuple[_Header, list[list[dict[str, Any]]]]:
         header = self._read_header(file)
@@ -1628,6 +1697,11 @@ def _read_frame(
         raw = os.pread(fd, length, offset)
     finally:
         os.close(fd)
+    return _decode_frame(raw, length, crc, codec, where)
+
+
+def _decode_frame(raw: bytes, length: int, crc: int, codec: int, where: str) -> bytes:
+    """A frame as read (``raw``) checked against its length and CRC32, decoded."""
     if len(raw) != length or zlib.crc32(raw) != crc:
         raise StorageError(
             f"{where}: its frame fails its CRC32 check (the file was changed or damaged "

@@ -19,7 +19,6 @@ otherwise remove abandoned temporary files) and files are opened for reading.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Mapping
@@ -88,6 +87,7 @@ class TrajectoryIndex:
         if not files:
             raise StorageError(f"no trajectory iteration files (iteration_*.jsonl) under {root}")
         self.files: list[Path] = []
+        self._headers: list[Any] = []  # each file's header (format 3 pages read frames)
         traj_parts: dict[str, list[NDArray[Any]]] = {
             k: [] for k in ("file", "local", "first", "length", "iteration", "reward", "dummy")
         }
@@ -105,8 +105,12 @@ class TrajectoryIndex:
             n_traj = int(header.lengths.size)
             lengths = header.lengths.astype(np.int64)
             starts = np.cumsum(lengths) - lengths
-            line_off = header.body_start + np.cumsum(header.line_lengths) - header.line_lengths
-            offsets.append(line_off.astype(np.int64))
+            self._headers.append(header)
+            if header.frame_lengths is not None:  # format 3: steps are read from frames
+                offsets.append(np.full(header.num_steps, -1, dtype=np.int64))
+            else:
+                line_off = header.body_start + np.cumsum(header.line_lengths) - header.line_lengths
+                offsets.append(line_off.astype(np.int64))
             crcs.append(header.line_crc.astype(np.int64))
             same.append(header.same.astype(bool))
             rewards = np.array(
@@ -127,31 +131,21 @@ class TrajectoryIndex:
             traj_parts["iteration"].append(np.full(n_traj, f.iteration, dtype=np.int64))
             traj_parts["reward"].append(rewards)
             traj_parts["dummy"].append(header.dummy.astype(bool))
-            with open(f.path, "rb") as handle:
-                for t in range(n_traj):
-                    s0 = int(starts[t])
-                    first = _read_json(handle, int(line_off[s0]), int(header.line_lengths[s0]))
-                    last_i = s0 + int(lengths[t]) - 1
-                    last = (
-                        first
-                        if last_i == s0
-                        else _read_json(
-                            handle, int(line_off[last_i]), int(header.line_lengths[last_i])
-                        )
+            # the first and last step of each trajectory (any format version)
+            for first, last in self.storage._edge_records(header):
+                task = _get(first, "step", "observation", "task")
+                names.append(str(task.get("task_name") or ""))
+                websites.append(_label(task.get("website")))
+                difficulties.append(_label(task.get("difficulty")))
+                blocked.append(bool(_get(last, "step", "reward").get("is_blocked")))
+                meta = _get(last, "step", "trajectory_metadata")
+                producers.append(
+                    (
+                        _text_or_none(meta.get("policy")),
+                        _text_or_none(meta.get("checkpoint")),
+                        _text_or_none(meta.get("observation")),
                     )
-                    task = _get(first, "step", "observation", "task")
-                    names.append(str(task.get("task_name") or ""))
-                    websites.append(_label(task.get("website")))
-                    difficulties.append(_label(task.get("difficulty")))
-                    blocked.append(bool(_get(last, "step", "reward").get("is_blocked")))
-                    meta = _get(last, "step", "trajectory_metadata")
-                    producers.append(
-                        (
-                            _text_or_none(meta.get("policy")),
-                            _text_or_none(meta.get("checkpoint")),
-                            _text_or_none(meta.get("observation")),
-                        )
-                    )
+                )
             first_pos += header.num_steps
         cat = {k: np.concatenate(v) for k, v in traj_parts.items()}
         self.traj_file: NDArray[np.int32] = cat["file"]
@@ -324,6 +318,23 @@ class TrajectoryIndex:
             raise IndexError(f"steps {first}..{first + count - 1} out of range for {length} steps")
         path = self.files[int(self.traj_file[tid])]
         pos = int(self.traj_first[tid]) + first
+        if self.step_offset[pos] < 0:  # format 3: the trajectory's frame
+            try:
+                steps = self.storage._trajectory_steps(
+                    self._headers[int(self.traj_file[tid])],
+                    int(self.traj_local[tid]),
+                    first,
+                    count,
+                    f"trajectory {tid} ({path.name})",
+                )
+            except FileNotFoundError:
+                raise StorageError(
+                    f"{path} was removed after the viewer indexed it (merge or cleanup): "
+                    "restart the viewer"
+                ) from None
+            for i, step in enumerate(steps):
+                step["same_as_next_screenshot"] = bool(self.step_same[pos + i])
+            return steps
         try:
             with open(path, "rb") as handle:
                 handle.seek(int(self.step_offset[pos]))
@@ -342,18 +353,6 @@ class TrajectoryIndex:
             step["same_as_next_screenshot"] = bool(self.step_same[pos + i])
             out.append(step)
         return out
-
-
-def _read_json(handle: Any, offset: int, length: int) -> dict[str, Any]:
-    handle.seek(offset)
-    raw = handle.read(length)
-    try:
-        record = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise StorageError(f"{handle.name}: malformed step line at byte {offset} ({exc})") from None
-    if not isinstance(record, dict):
-        raise StorageError(f"{handle.name}: step line at byte {offset} is not an object")
-    return record
 
 
 def _get(record: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
