@@ -465,7 +465,7 @@ class TransitionSampler:
             index = index.to(self.storing_device)
         out["index"] = index
         for name, value in draw.extra.items():
-            tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
+            tensor = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
             out[name] = tensor if self._on_cpu else tensor.to(self.storing_device)
         if self.nstep is not None and pointer is not None:
             mask = None if pad is None else torch.from_numpy(~pad)
