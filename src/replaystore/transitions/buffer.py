@@ -638,7 +638,16 @@ class ReplayBuffer:
                 self._writer.add(experience)
             return
         limiter.reserve_inserts(1, timeout)
-        self._add_counted(limiter, 1, self._writer.add, experience)
+        writer = self._writer  # _add_counted, inlined: this is the per-step path
+        try:
+            with self._lock:
+                before = writer.size
+                writer.add(experience)
+                deleted = 1 - (writer.size - before)
+        except BaseException:
+            limiter.cancel_inserts(1)
+            raise
+        limiter.commit_inserts(1, deleted)
 
     def _add_counted(self, limiter: RateLimiter, n: int, write: Any, data: Any) -> None:
         """Write ``n`` reserved inserts, then count them (and the rows they overwrote)."""
