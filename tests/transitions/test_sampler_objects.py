@@ -104,6 +104,24 @@ def test_sampler_strings_keep_working_and_bad_ones_are_named() -> None:
         ReplayBuffer("cpu", "cpu", 4, sampler=object())  # type: ignore[arg-type]
 
 
+def test_one_sampler_object_serves_one_buffer(make_buffer) -> None:
+    shared = SliceSampler(4)
+    first = make_buffer(10, sampler=shared)
+    with pytest.raises(ArgumentError, match="already serves another ReplayBuffer"):
+        make_buffer(10, sampler=shared)
+    first.reset()  # the owner itself may reset it
+    assert first.sampler_object is shared
+
+
+def test_a_flat_minus_one_is_not_padding(make_buffer) -> None:
+    buf = make_buffer(10, sampler=SliceSampler(2, prioritized=True))
+    buf.add_batch(episodes(6))
+    with pytest.raises(BufferIndexError, match="index -1 is out of range"):
+        buf.update_priorities([0, -1], [1.0, 1.0])
+    buf.update_priorities([[0, -1]], [[2.0, 5.0]])  # the padding of a [S, L] index
+    np.testing.assert_allclose(buf.priorities_at([0]), [(2.0 + 1e-6) ** 0.6])
+
+
 def test_a_prioritized_sampler_object_equals_the_string_form(make_buffer) -> None:
     a = make_buffer(16, sampler="prioritized", alpha=0.7, beta=0.3, seed=9)
     b = make_buffer(16, sampler=PrioritizedSampler(alpha=0.7, beta=0.3), seed=9)

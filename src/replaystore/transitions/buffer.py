@@ -45,6 +45,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -131,6 +132,24 @@ def _sampler_object(sampler: object, alpha: float, beta: float, eps: float) -> S
             f"sample, update_priorities), got {sampler!r}"
         )
     return sampler
+
+
+# The buffer each sampler object serves (one object, one buffer: it holds that ring's state).
+_SAMPLER_OWNERS: weakref.WeakKeyDictionary[Any, weakref.ref[Any]] = weakref.WeakKeyDictionary()
+
+
+def _claim(sampler: Sampler, buffer: object) -> None:
+    """Record that ``sampler`` serves ``buffer``; ArgumentError if it serves another one."""
+    try:
+        owner = _SAMPLER_OWNERS.get(sampler)
+    except TypeError:  # not weak-referenceable or not hashable: cannot be tracked
+        return
+    if owner is not None and owner() is not None and owner() is not buffer:
+        raise ArgumentError(
+            f"{sampler!r} already serves another ReplayBuffer: a sampler object holds its "
+            "buffer's state (positions, priorities), so each buffer needs its own"
+        )
+    _SAMPLER_OWNERS[sampler] = weakref.ref(buffer)
 
 
 class _ForwardWrites:
@@ -297,6 +316,7 @@ class ReplayBuffer:
         if path is not None and self._kind != "memmap":
             raise ArgumentError("path= names the memory-map directory; it needs memmap storage")
         policy = _sampler_object(sampler, alpha, beta, eps)
+        _claim(policy, self)
         kernel = resolve_add_kernel(add_backend)
         self._n_step, self._gamma = check_nstep_config(n_step, gamma)
         nstep = NStepReader(self._n_step, self._gamma) if self._n_step > 1 else None
