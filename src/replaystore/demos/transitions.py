@@ -251,8 +251,38 @@ def _moving_average(returns: list[float]) -> list[float]:
     return [float(np.mean(returns[max(0, i - WINDOW + 1) : i + 1])) for i in range(len(returns))]
 
 
-def _plot(runs: list[tuple[str, DQNResult]], path: Path, title: str) -> None:
-    """Both runs' returns against environment steps: each episode faint, the average bold."""
+def _save_png(fig: Any, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write_bytes(path, png.getvalue())
+
+
+def _plot(returns: list[float], path: Path, title: str) -> None:
+    """One run's returns per episode and their moving average (the distributed demo's curve)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = np.arange(1, len(returns) + 1)
+    ax.plot(x, returns, color="0.7", linewidth=0.8, label="episode return")
+    if len(returns) >= 2:
+        ax.plot(x, _moving_average(returns), color="C0", label=f"average of last {WINDOW}")
+    ax.axhline(SOLVED_RETURN, color="C3", linestyle="--", linewidth=0.8, label="solved (195)")
+    ax.set_xlabel("episode")
+    ax.set_ylabel("return")
+    ax.set_title(title)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    _save_png(fig, path)
+
+
+def _plot_runs(runs: list[tuple[str, DQNResult]], path: Path, title: str) -> None:
+    """Several runs' returns against environment steps: each episode faint, the average bold."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -273,10 +303,7 @@ def _plot(runs: list[tuple[str, DQNResult]], path: Path, title: str) -> None:
     ax.set_title(title)
     ax.legend(loc="upper left")
     fig.tight_layout()
-    png = io.BytesIO()
-    fig.savefig(png, format="png", dpi=100)
-    plt.close(fig)
-    atomic_write_bytes(path, png.getvalue())
+    _save_png(fig, path)
 
 
 def text_curve(result: DQNResult, steps: int, bins: int = 10) -> str:
@@ -370,7 +397,8 @@ def run(out: Path, quick: bool) -> list[str]:
     title = f"Double DQN + prioritized replay, CartPole-v1 (seed {one.seed}): 1-step vs {label}"
     if quick:
         title += f"\nquick mode: {one.max_steps:,}-step smoke runs, not meant to reach 195"
-    _plot([("1-step target", result), (f"{label} target (n_step={N_STEP})", nstep)], curve, title)
+    runs = [("1-step target", result), (f"{label} target (n_step={N_STEP})", nstep)]
+    _plot_runs(runs, curve, title)
 
     ckpt = out / "checkpoint" / "buffer"
     buf.save(ckpt)
