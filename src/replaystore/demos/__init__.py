@@ -5,7 +5,8 @@ it does real work with the library, writes its outputs under ``out`` and
 returns the summary lines the CLI prints. ``replaystore demo`` runs them in
 this order, each in ``<out>/<part>/``:
 
-* ``transitions``: Double DQN with prioritized replay on CartPole-v1;
+* ``transitions``: Double DQN with prioritized replay on CartPole-v1, a 1-step and
+  a 3-step (``n_step=3``) run side by side;
 * ``trajectories``: the web-agent RL loop in a real headless Chromium on the
   local website suite, from task sampling to a LLaMA-Factory dataset (skipped,
   with one line saying how to get a browser, when there is none);
