@@ -5,9 +5,13 @@ weights the learner broadcasts (one ``ray.put`` per broadcast, read by every
 actor) and feed a sharded prioritized buffer through batching writers; one
 learner samples prioritized batches over the shards, trains Double DQN (the
 transitions demo's network and hyperparameters) and routes the new priorities
-back by global index. The full run trains until the average return of the
-last 20 episodes reaches 195; quick mode is a smoke run that prints the
-throughput in and out and the per-shard fill.
+back by global index. One rate limiter for all shards keeps them in step
+(Reverb's ``SampleToInsertRatio``): the learner waits for ``learning_starts``
+transitions, then for actors when it gets more than half a chunk of updates
+ahead of one update per new transition, and actors wait for the learner when
+they get that far ahead. The full run trains until the average return of the last 20
+episodes reaches 195; quick mode is a smoke run that prints the throughput in
+and out, the samples per insert the limiter kept and the per-shard fill.
 
 Needs the ``ray`` extra (``pip install "replaystore[ray]"``) and gymnasium
 (the ``demo`` extra). Starts a local Ray runtime when none is connected.
@@ -88,6 +92,17 @@ class CartPoleActor:
         return finished
 
 
+def _limiter_line(counted: Any, min_size: int, spi: float, error_buffer: float) -> str:
+    """What the rate limiter kept: samples per insert after the first ``min_size``."""
+    after = counted.inserts - min_size
+    achieved = f"{counted.samples / after:.1f}" if after > 0 else "n/a (no insert after it)"
+    return (
+        f"rate limiter: {counted.inserts:,} inserts, {counted.samples:,} samples: "
+        f"{achieved} samples per insert after the first {min_size:,} (target {spi:g}, "
+        f"error buffer {error_buffer:g} samples)"
+    )
+
+
 def _state(q: nn.Module) -> dict[str, np.ndarray]:
     return {k: v.detach().numpy().copy() for k, v in q.state_dict().items()}
 
@@ -100,6 +115,7 @@ def run(out: Path, quick: bool, *, num_actors: int = 2, num_shards: int = 2) -> 
     """
     from replaystore.distributed import ShardedReplayBuffer
     from replaystore.distributed._ray import import_ray
+    from replaystore.transitions import RateLimiter
 
     ray = import_ray()
     out.mkdir(parents=True, exist_ok=True)
@@ -119,6 +135,13 @@ def run(out: Path, quick: bool, *, num_actors: int = 2, num_shards: int = 2) -> 
     max_steps = 1_200 if quick else cfg.max_steps
     learning_starts = 400 if quick else cfg.learning_starts
     eps_steps = 1_000 if quick else cfg.eps_fraction_steps
+    # One update of batch_size per new transition: batch_size samples per insert.
+    # The error buffer is half a chunk of transitions: within a chunk the learner
+    # may run that far ahead of the actors' inserts (or they of its samples),
+    # then it waits for them (or they for it).
+    spi = float(cfg.batch_size)
+    error_buffer = spi * chunk * num_actors / 2
+    limiter = RateLimiter(learning_starts, samples_per_insert=spi, error_buffer=error_buffer)
     buf = ShardedReplayBuffer(
         num_shards,
         cfg.buffer_size // num_shards,
@@ -126,6 +149,7 @@ def run(out: Path, quick: bool, *, num_actors: int = 2, num_shards: int = 2) -> 
         alpha=cfg.alpha,
         beta=cfg.beta_start,
         seed=cfg.seed,
+        rate_limiter=limiter,
     )
     actor_cls = ray.remote(CartPoleActor).options(num_cpus=0)
     actors = [actor_cls.remote(buf, cfg.seed + 1 + i, cfg.hidden) for i in range(num_actors)]
@@ -184,12 +208,8 @@ def run(out: Path, quick: bool, *, num_actors: int = 2, num_shards: int = 2) -> 
         seconds = time.perf_counter() - start
         fill = buf.shard_sizes()
         stored = sum(fill)
-        # Raw throughput of the sharded buffer on this machine, outside training.
-        t0 = time.perf_counter()
-        n_probe = 50
-        for _ in range(n_probe):
-            buf.sample_batch(256)
-        probe_s = time.perf_counter() - t0
+        counted = buf.rate_limiter  # a copy of the shared limiter's counters
+        assert counted is not None
     finally:
         for a in actors:
             ray.kill(a)
@@ -221,9 +241,9 @@ def run(out: Path, quick: bool, *, num_actors: int = 2, num_shards: int = 2) -> 
         f"transitions in: {stored / seconds:,.0f}/s "
         "(paced by the learner: one update per new transition)",
         f"samples out during training: {updates * cfg.batch_size / max(sample_s, 1e-9):,.0f}/s "
-        f"({updates} batches of {cfg.batch_size}, sample + update_priorities)",
-        f"samples out, batches of 256: {n_probe * 256 / probe_s:,.0f}/s "
-        f"({1e3 * probe_s / n_probe:.2f} ms per sample_batch(256))",
+        f"({updates} batches of {cfg.batch_size}, sample + update_priorities, "
+        "waits on the rate limiter included)",
+        _limiter_line(counted, learning_starts, spi, error_buffer),
         "per-shard fill: "
         + ", ".join(
             f"shard {i} {n:,}/{cfg.buffer_size // num_shards:,}" for i, n in enumerate(fill)
