@@ -51,6 +51,7 @@ def in_supported_range(version: str) -> bool:
         return False
     return _LOWEST <= key < _FIRST_UNTESTED
 
+
 _Builder = Callable[[dict[str, torch.Tensor], int, torch.device], TensorDict]
 
 
@@ -92,8 +93,9 @@ def _probe(candidate: _Builder) -> _Builder:
         built = candidate(dict(entries), 3, device)
         ok = _agrees(built, entries, 3, device)
     except Exception as exc:  # any failure of a private API means: do not use it
-        log.info("tensordict fast path unavailable (%s: %s); using TensorDict()",
-                 type(exc).__name__, exc)
+        log.info(
+            "tensordict fast path unavailable (%s: %s); using TensorDict()", type(exc).__name__, exc
+        )
         return public_tensordict
     if not ok:
         log.info("tensordict fast path builds a different TensorDict; using TensorDict()")

@@ -127,14 +127,30 @@ def test_image_root_refuses_screenshots_outside_it(trajectory_store, tmp_path, c
     from replaystore.cli import main
 
     # The fixture's screenshots live beside the storage (root/screens), not inside it.
-    status = main(["export", str(trajectory_store), "--out", str(tmp_path / "no"),
-                   "--image-root", str(trajectory_store)])
+    status = main(
+        [
+            "export",
+            str(trajectory_store),
+            "--out",
+            str(tmp_path / "no"),
+            "--image-root",
+            str(trajectory_store),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
     assert "outside the image root" in err[0]
     assert not (tmp_path / "no" / "dataset_info.json").exists()
 
-    status = main(["export", str(trajectory_store), "--out", str(tmp_path / "yes"),
-                   "--image-root", str(trajectory_store.parent)])
+    status = main(
+        [
+            "export",
+            str(trajectory_store),
+            "--out",
+            str(tmp_path / "yes"),
+            "--image-root",
+            str(trajectory_store.parent),
+        ]
+    )
     assert status == 0, capsys.readouterr().err
     assert (tmp_path / "yes" / "dataset_info.json").is_file()
