@@ -138,7 +138,7 @@ def _messages(rng: random.Random, shared: list[dict[str, Any]], step: int) -> li
 
 def _prompt(rng: random.Random, messages: list[dict], root: Path) -> str:
     """Prompts as writers produce them, and some that are no list of messages at all."""
-    kind = rng.randrange(9)
+    kind = rng.randrange(10)
     if kind == 0:
         return json.dumps(messages, indent=1)  # stored as it is
     if kind == 1:
@@ -154,6 +154,8 @@ def _prompt(rng: random.Random, messages: list[dict], root: Path) -> str:
         return json.dumps([*messages[:-1], {"role": "user", "content": [shot]}], ensure_ascii=False)
     if kind == 6:
         return '[{"role": "user", "content": "x"} , {"role": "user", "content": "y"}]'
+    if kind == 7:  # split into messages, but one has no content: refused as before
+        return '[{"role": "system", "content": "x"}, {"role": "user"}]'
     return json.dumps(messages, ensure_ascii=False)
 
 

@@ -130,13 +130,6 @@ def parse_prompt(raw_prompt: str, where: str) -> list[dict[str, Any]]:
     return messages
 
 
-def _messages_ok(messages: Any) -> bool:
-    """The common case of :func:`_check_messages` (plain dicts), without building ``where``."""
-    return type(messages) is list and all(
-        type(m) is dict and type(m.get("role")) is str and "content" in m for m in messages
-    )
-
-
 def _check_messages(messages: Any, where: str, origin: str) -> None:
     if not isinstance(messages, list):
         raise TrajectoryError(
@@ -798,12 +791,11 @@ class ReplayBuffer(Dataset):
         t = int(self._traj[pos])
         s = int(self._step[pos])
         # A file source hands out a stored prompt's messages without building the step
-        # (version 3 files: each distinct message is parsed once, copied out after).
+        # (version 3 files: each distinct message is parsed once, copied out after); it
+        # serves only prompts that pass _check_messages, anything else reads the step.
         parts = self._sample_parts(pos, t, s) if self._sample_parts is not None else None
         if parts is not None:
             message, action = parts
-            if not _messages_ok(message):
-                _check_messages(message, self._source.describe(t, s), "raw_prompt")
             sample: dict[str, Any] = {"message": message, "action": action}
             if full or self.include_reward_in_sample:
                 sample["trajectory_reward"] = float(self._reward[pos])

@@ -1725,6 +1725,9 @@ class _Frame:
     heads: list[dict[str, Any] | None]
     #: Decoded bytes (what the frame costs in a cache).
     size: int
+    #: Per step, once asked: ``(parsed messages, raw_response)`` of its split prompt
+    #: (shared, never handed out: callers get copies), or False (read the step).
+    samples: list[tuple[list[Any], Any] | bool | None] | None = None
 
 
 def _split_frame(data: bytes, n_messages: int, n_steps: int, where: str) -> _Frame:
@@ -1786,16 +1789,18 @@ class _FileSource:
     """Reads one step (or a step's history) from its iteration file on access.
 
     Version 1-2 steps: one seek and one line. Version 3 steps: their trajectory's
-    frame, decoded once and kept among the last :data:`FRAME_CACHE` frames; the
-    messages of split prompts are parsed once per distinct text and copied out
-    (:meth:`sample_parts`).
+    frame, decoded once and kept while the decoded frames stay under
+    :data:`FRAME_CACHE_BYTES`; the messages of split prompts are parsed once per
+    distinct text and copied out (:meth:`sample_parts`).
     """
 
     __slots__ = (
         "_cache",
         "_cached_bytes",
+        "_copy",
         "_message_chars",
         "_messages",
+        "_mixed",
         "_paths",
         "_root_url",
         "crcs",
@@ -1839,6 +1844,9 @@ class _FileSource:
         # parsed messages by text: (plain, relative URLs resolved)
         self._messages: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
         self._message_chars = 0
+        self._copy = _json_copy()
+        # whether some steps are version 1-2 lines (their offsets are >= 0)
+        self._mixed = bool(offsets.size) and bool(offsets.max() >= 0)
         self._root_url = root_url(storage.root)
 
     def trajectory_sequence(self) -> _StoredTrajectories:
@@ -1921,30 +1929,60 @@ class _FileSource:
         """``(prompt messages, raw_response)`` of a version 3 step whose prompt was split
         into shared messages, without building the step; None otherwise (then read the
         step). The messages equal ``json.loads`` of the step's ``raw_prompt`` (a new
-        list of new dicts on every call).
+        list of new dicts on every call), and are plain chat messages: a list of dicts,
+        each with a string ``role`` and a ``content`` (any other prompt gives None, so
+        the reader's own checks name what is wrong).
 
         Raises:
             StorageError: the frame or the step fails its checksum, or is malformed.
         """
-        if self.offsets[pos] >= 0:
+        if self._mixed and self.offsets[pos] >= 0:
             return None
-        frame = self._frame(traj)
+        frame = self._cache.get(traj)
+        if frame is None:
+            frame = self._frame(traj)
+        else:
+            self._cache.move_to_end(traj)
+        if frame.samples is None:
+            frame.samples = [None] * len(frame.heads)
+        parts = frame.samples[step]
+        if parts is None:
+            parts = frame.samples[step] = self._parse_sample(frame, pos, traj, step)
+        if parts is False:
+            return None
+        messages, response = parts  # type: ignore[misc]
+        copy = self._copy
+        if copy is not None:
+            copies = [copy(m) for m in messages]
+            if NotImplemented not in copies:
+                return copies, response
+        return json.loads(json.dumps(messages)), response
+
+    def _parse_sample(
+        self, frame: _Frame, pos: int, traj: int, step: int
+    ) -> tuple[list[Any], Any] | bool:
+        """What :meth:`sample_parts` serves for a step, parsed once (False: read the step)."""
         try:
             head = _frame_head(frame, step, int(self.crcs[pos]))
             if "p" not in head:
-                return None
+                return False
             texts = [frame.messages[i] for i in head["m"]]
-        except (_Damaged, IndexError, TypeError) as exc:
+            response = head["r"]
+        except (_Damaged, IndexError, KeyError, TypeError) as exc:
             raise StorageError(f"{self.describe(traj, step)}: {exc}") from None
         relative = "u" in head
         try:
             messages = [self._message(text, relative) for text in texts]
         except ValueError:  # a text that is not one JSON value: parse the whole prompt
-            return None
-        return messages, head["r"]
+            return False
+        for m in messages:
+            if type(m) is not dict or type(m.get("role")) is not str or "content" not in m:
+                return False
+        return messages, response
 
     def _message(self, text: str, relative: bool) -> Any:
-        """``json.loads`` of one stored message (its URLs resolved), a fresh copy.
+        """``json.loads`` of one stored message (its URLs resolved), shared by every step
+        that holds the same text (never handed out).
 
         Raises:
             ValueError: ``text`` is not JSON.
@@ -1958,12 +1996,7 @@ class _FileSource:
                 self._message_chars = 0
             self._messages[relative][text] = parsed
             self._message_chars += len(text)
-        copy = _json_copy()
-        if copy is not None:
-            result = copy(parsed)
-            if result is not NotImplemented:
-                return result
-        return json.loads(resolve_prompt(text, self._root_url) if relative else text)
+        return parsed
 
 
 class _StoredTrajectories(Sequence[list[dict[str, Any]]]):
