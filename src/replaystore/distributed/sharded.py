@@ -70,8 +70,9 @@ class LimiterHost:
     """The one RateLimiter of a sharded buffer, inside an actor (not public).
 
     Its waiting calls (``acquire_samples``, ``reserve_inserts``) run in the
-    ``waits`` concurrency group, many at once; the calls that wake them
-    (commits, cancels) in the default group, so they never queue behind a wait.
+    ``waits`` concurrency group, up to 256 at once (one per shard adding, one per
+    learner sampling: far fewer in practice); the calls that wake them (commits,
+    cancels) in the default group, so they never queue behind a wait.
     """
 
     def __init__(self, limiter: RateLimiter) -> None:
