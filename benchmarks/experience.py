@@ -7,16 +7,19 @@ commit c51ce473; the last commit that had it is its parent, 0aa3416d. Extract th
 tree once and pass the directory holding the ``aworld`` package::
 
     git clone https://github.com/inclusionAI/AWorld /tmp/AWorld   # or any mirror of it
+    git -C /tmp/AWorld log --oneline -2 -- aworld/replay_buffer    # c51ce473 deleted it
     mkdir -p /work/peers/aworld-0aa3416d
     git -C /tmp/AWorld archive 0aa3416d5a7afec4a78ff459860d7ae041ada518 aworld \
         | tar -x -C /work/peers/aworld-0aa3416d
     python benchmarks/experience.py --aworld-src /work/peers/aworld-0aa3416d \
         --out benchmarks/RESULTS.md
 
+(The recorded runs used a bare mirror: ``git --git-dir=/work/.mirror/inclusionAI+AWorld/repo
+archive 0aa3416d5a7afec4a78ff459860d7ae041ada518 aworld | tar -x -C /work/peers/aworld-0aa3416d``.)
 The script then imports AWorld's ``aworld.replay_buffer.base`` (``ReplayBuffer``,
 ``InMemoryStorage``, ``DataRow``, ``ExpMeta``, ``Experience``) and its pydantic
 ``Observation`` / ``ActionModel`` (``aworld.core.common``) from that directory.
-Three imports unrelated to the store are stubbed in ``sys.modules`` (see
+Four modules unrelated to the store are stubbed in ``sys.modules`` (see
 ``load_aworld``): the packages ``aworld`` (its ``__init__`` pip-installs
 python-dotenv when missing and registers an exit hook) and
 ``aworld.replay_buffer`` (its ``__init__`` imports the event replay buffer and
