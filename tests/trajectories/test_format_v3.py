@@ -344,3 +344,14 @@ def test_frames_are_stored_raw_where_compression_does_not_pay(
     assert [s["response"] for s in loaded] == [s["response"] for s in trajectory]
     buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
     assert buffer[1]["message"] == json.loads(trajectory[1]["response"].raw_prompt)
+
+
+def test_step_to_dict_with_a_task_memo_gives_the_same_dicts(tmp_path: Path) -> None:
+    from replaystore.trajectories.components import step_to_dict
+
+    trajectory = _conversation_trajectory(tmp_path, 3)
+    memo: dict[int, Any] = {}
+    shared = [step_to_dict(step, tasks=memo) for step in trajectory]
+    assert shared == [step_to_dict(step) for step in trajectory]
+    assert shared[0]["observation"]["task"] is shared[2]["observation"]["task"]
+    assert len(memo) == 1

@@ -120,13 +120,20 @@ class _Component:
         """Whether ``name`` is a field of this component."""
         return isinstance(name, str) and name in self._field_names()
 
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a dict of JSON-compatible values (nested components as dicts)."""
+    def to_dict(self, *, shared: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The fields as a dict of JSON-compatible values (nested components as dicts).
+
+        ``shared``: ready dicts of nested components, by field name, used as they are
+        (:func:`step_to_dict` shares one task's dict among a trajectory's steps).
+        """
         names = _FIELD_NAMES.get(type(self))
         if names is None:
             names = _FIELD_NAMES[type(self)] = self._field_names()
         out: dict[str, Any] = {}
         for name in names:
+            if shared is not None and name in shared:
+                out[name] = shared[name]
+                continue
             value = getattr(self, name)
             out[name] = value.to_dict() if isinstance(value, _Component) else value
         return out
@@ -276,8 +283,16 @@ class Step:
         return cls(**step_from_dict(step))
 
 
-def step_to_dict(step: Mapping[str, Any] | Step) -> dict[str, Any]:
+def step_to_dict(
+    step: Mapping[str, Any] | Step, *, tasks: dict[int, tuple[Task, dict[str, Any]]] | None = None
+) -> dict[str, Any]:
     """A step (mapping or :class:`Step`) as JSON-compatible nested dicts.
+
+    Args:
+        step: the step.
+        tasks: a memo for steps converted together (a trajectory shares one
+            :class:`Task`): each Task object's dict is made once and shared by the
+            observations of every step that holds that object (so do not change it).
 
     Raises:
         SchemaError: a required key is missing or holds the wrong component type.
@@ -290,7 +305,14 @@ def step_to_dict(step: Mapping[str, Any] | Step) -> dict[str, Any]:
         if key not in mapping:
             raise SchemaError(f"step is missing {key!r}")
         value = mapping[key]
-        if isinstance(value, component):
+        if tasks is not None and type(value) is Observation and type(value.task) is Task:
+            task = value.task
+            known = tasks.get(id(task))
+            if known is None or known[0] is not task:
+                known = tasks[id(task)] = (task, task.to_dict())
+            observation = value.to_dict(shared={"task": known[1]})
+            out[key] = observation
+        elif isinstance(value, component):
             out[key] = value.to_dict()
         elif isinstance(value, Mapping):
             out[key] = component.from_dict(value).to_dict()
