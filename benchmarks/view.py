@@ -9,7 +9,7 @@ measures, over real HTTP, the time from sending a request to reading the
 status line and headers (time to first byte; the median of 15 after 3
 warm-ups) for: the overview, the trajectory list (unfiltered, and filtered by
 success plus a text search over every task name), a trajectory page at step 5
-(it reads 6 step lines and builds the export record), and a screenshot.
+(it reads 6 steps and builds the export record), and a screenshot.
 Target: <= 300 ms for the overview and the trajectory page. The viewer's
 start-up (indexing the storage) and its resident memory are reported too.
 
@@ -151,8 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"Machine: {machine_summary()}.",
         f"Storage: {n_steps:,} steps in {n_traj:,} trajectories of 10 steps, "
-        f"{size_mib:,.0f} MiB of JSONL (written in {written:.0f} s). Viewer start-up "
-        f"(indexing: headers plus two step lines per trajectory): {startup:.1f} s, "
+        f"{size_mib:,.0f} MiB of iteration files, format 3 (written in {written:.0f} s). "
+        "Viewer start-up (indexing: headers plus the first and last step of each "
+        f"trajectory): {startup:.1f} s, "
         f"{rss_after - rss_before:,.0f} MiB more resident memory. Median of 15 requests "
         "over HTTP after 3 warm-ups; target <= 300 ms for the overview and the trajectory page.",
         "",
