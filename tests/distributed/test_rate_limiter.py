@@ -4,6 +4,7 @@ ShardedReplayBuffer (one limiter for the whole buffer), on a real local Ray runt
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import numpy as np
@@ -26,23 +27,39 @@ def _ratio() -> RateLimiter:
 
 
 def test_remote_sample_waits_in_the_actor_while_adds_go_on(ray_session: Any) -> None:
-    ray = ray_session
-    client = RemoteBuffer.create(
-        ReplayBuffer, "cpu", "cpu", 50, storage="memory", rate_limiter=RateLimiter(3)
+    created = RemoteBuffer.create(
+        ReplayBuffer,
+        "cpu",
+        "cpu",
+        50,
+        storage="memory",
+        rate_limiter=RateLimiter(3),
+        name="limited-replay",
     )
     try:
+        # A client found by name routes its calls like the creator's.
+        client = RemoteBuffer.connect("limited-replay")
         client.add_batch(_rows(1))
-        waiting = client.actor.call.options(concurrency_group="samples").remote(
-            "sample_batch", (4,), {}
-        )
-        ready, _ = ray.wait([waiting], timeout=0.3)
-        assert not ready, "the sample must wait for min_size_to_sample items"
-        client.add_batch(_rows(2, start=1))  # runs although a sample waits in the actor
-        assert ray.get(waiting, timeout=30) is not None
+        out: dict[str, Any] = {}
+
+        def learner() -> None:
+            try:
+                out["batch"] = client.sample_batch(4, timeout=30)
+            except BaseException as exc:  # handed to the test
+                out["error"] = exc
+
+        thread = threading.Thread(target=learner, daemon=True)
+        thread.start()
+        thread.join(0.3)
+        assert thread.is_alive(), "the sample must wait for min_size_to_sample items"
+        # Runs although a sample waits inside the actor (its own concurrency group).
+        client.add_batch(_rows(2, start=1))
+        thread.join(30)
+        assert "error" not in out and out["batch"].batch_size == (4,)
         limiter = client.rate_limiter  # a copy of the actor's limiter
         assert (limiter.inserts, limiter.samples) == (3, 4)
     finally:
-        client.terminate()
+        created.terminate()
 
 
 def test_remote_timeouts_raise_rate_limit_timeout_on_the_caller(ray_session: Any) -> None:
