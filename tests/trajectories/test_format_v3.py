@@ -355,3 +355,26 @@ def test_step_to_dict_with_a_task_memo_gives_the_same_dicts(tmp_path: Path) -> N
     assert shared == [step_to_dict(step) for step in trajectory]
     assert shared[0]["observation"]["task"] is shared[2]["observation"]["task"]
     assert len(memo) == 1
+
+
+def test_split_prompts_join_back_to_the_same_text() -> None:
+    from replaystore.trajectories.storage import _join_prompt, _split_prompt
+
+    a, b, c = (
+        {"role": r, "content": f"{r} text, {{with}} braces"} for r in ("system", "user", "x")
+    )
+    known: dict[str, list[str]] = {}
+    prompts = [
+        json.dumps([a, b, c]),
+        json.dumps([a, b]),  # b was parsed in the middle before: known, and now the last
+        json.dumps([a]),
+        json.dumps([a, b], separators=(",", ":")),
+        json.dumps([b, a, c], ensure_ascii=False),
+    ]
+    for prompt in prompts * 2:
+        separator, parts = _split_prompt(prompt, known)  # type: ignore[misc]
+        assert _join_prompt(separator, parts) == prompt
+        assert [json.loads(p) for p in parts] == json.loads(prompt)
+    for prompt in ("[]", "[{}, 3]", '[{"a": 1} ]', "[{broken}]", json.dumps([a], indent=1)):
+        split = _split_prompt(prompt, known)
+        assert split is None or _join_prompt(*split) == prompt

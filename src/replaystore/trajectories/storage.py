@@ -497,7 +497,9 @@ class TrajectoryStorage:
         relative_urls = [False] * n
         for s, d in enumerate(steps):
             value = d.get(SAME_KEY)
-            if value is not None:  # only the last step can still lack it
+            if type(value) is bool:
+                same[s] = value and s < n - 1
+            elif value is not None:  # only the last step can still lack it
                 if not isinstance(value, (bool, np.bool_, int)) or value not in (0, 1):
                     raise TrajectoryError(
                         f"trajectory {t} step {s}: {SAME_KEY} must be a bool, got {value!r}"
@@ -507,7 +509,11 @@ class TrajectoryStorage:
             obs = d["observation"]
             obs["image_path"] = _relative(obs["image_path"], root, inside)
             response = d.get("response")
-            prompt = response.get("raw_prompt") if isinstance(response, Mapping) else None
+            prompt = (
+                response.get("raw_prompt")
+                if type(response) is dict or isinstance(response, Mapping)
+                else None
+            )
             if isinstance(prompt, str) and prompt:
                 has_prompt[s] = True
                 if url_prefix in prompt:
@@ -515,8 +521,8 @@ class TrajectoryStorage:
                     if relative is not None:
                         response["raw_prompt"] = relative  # type: ignore[index]
                         relative_urls[s] = True
-            if not keep_page_metadata and isinstance(obs.get("page_metadata"), Mapping):
-                pm = obs["page_metadata"]
+            pm = obs.get("page_metadata")
+            if not keep_page_metadata and (type(pm) is dict or isinstance(pm, Mapping)):
                 obs["page_metadata"] = {k: pm[k] for k in ("title", "url") if k in pm}
         first_meta = dict(steps[0].get("trajectory_metadata") or {})
         first_meta["keypoint_step_ids"] = keypoint_steps(steps)
@@ -1507,28 +1513,30 @@ def _split_prompt(prompt: str, known: dict[str, list[str]]) -> tuple[int, list[s
     last = len(prompt) - 1
     i = 1
     while True:
-        end = -1
-        for text in known.get(prompt[i : i + _KNOWN_KEY], ()):
-            if prompt.startswith(text, i):
-                end = i + len(text)
+        text = None
+        for seen in known.get(prompt[i : i + _KNOWN_KEY], ()):
+            if prompt.startswith(seen, i):
+                text = seen  # the same text object: its hash is made already
                 break
-        if end < 0 and separator >= 0:
+        if text is None and separator >= 0:
             # No later text starts like this message (its first key): this is the last
             # message, the rest of the prompt.
             first_key = prompt[i : prompt.find('"', i + 2) + 1]
             if prompt.find(_PROMPT_SEPARATORS[separator] + first_key, i) < 0:
-                end = last
-        if end < 0:
+                text = prompt[i:last]
+        if text is None:
             try:
                 value, end = _SCAN(prompt, i)
             except ValueError:
                 return None
             if not isinstance(value, dict):
                 return None
+            text = prompt[i:end]
             texts = known.setdefault(prompt[i : i + _KNOWN_KEY], [])
-            texts.insert(0, prompt[i:end])
+            texts.insert(0, text)
             del texts[_KNOWN_PER_KEY:]
-        parts.append(prompt[i:end])
+        parts.append(text)
+        end = i + len(text)
         if end == last:
             return max(separator, 0), parts
         gap = 0 if prompt.startswith(", {", end) else 1 if prompt.startswith(",{", end) else -1
