@@ -298,7 +298,7 @@ def step_to_dict(
         SchemaError: a required key is missing or holds the wrong component type.
     """
     mapping = step.to_mapping() if isinstance(step, Step) else step
-    if not isinstance(mapping, Mapping):
+    if type(mapping) is not dict and not isinstance(mapping, Mapping):
         raise SchemaError(f"a step must be a mapping or a Step, got {type(mapping).__name__}")
     out: dict[str, Any] = {}
     for key, component in _STEP_TYPES.items():

@@ -427,6 +427,7 @@ class TrajectoryStorage:
         header_meta.setdefault("timestamp", _dt.datetime.now(_dt.UTC).isoformat())
         keep = self.keep_page_metadata if keep_page_metadata is None else bool(keep_page_metadata)
         known: dict[str, list[str]] = {}  # prompt messages seen in this iteration
+        self._root_strings(refresh=True)
         if self.format_version >= 3 and len(trajectories) > 1:
             # zstandard releases the GIL: frames compress in a second thread while the
             # next trajectories encode (the same bytes as compressing them here).
@@ -535,13 +536,13 @@ class TrajectoryStorage:
             encoded.lines = _step_lines(t, steps, relative_urls)
         return encoded
 
-    def _root_strings(self) -> tuple[str, str, str]:
-        """``(root_url, absolute root, absolute root + separator)``, made once per root."""
-        key = (self.root, os.getcwd())  # a relative root depends on the directory
+    def _root_strings(self, refresh: bool = False) -> tuple[str, str, str]:
+        """``(root_url, absolute root, absolute root + separator)``; ``refresh`` makes
+        them again (once per save: a relative root depends on the current directory)."""
         cached = getattr(self, "_roots", None)
-        if cached is None or cached[0] != key:
+        if cached is None or refresh or cached[0] is not self.root:
             root = os.path.abspath(self.root)
-            cached = (key, root_url(self.root), root, root.rstrip(os.sep) + os.sep)
+            cached = (self.root, root_url(self.root), root, root.rstrip(os.sep) + os.sep)
             self._roots = cached
         return cached[1], cached[2], cached[3]
 
