@@ -60,10 +60,20 @@ _Plan = tuple[dict[str, Iterable[int]], bool]
 class RowIndex:
     """Rows keyed by sequence number, grouped by task, with FIFO capacity.
 
-    Sequence numbers are assigned by the caller and must increase. Tasks are
-    ordered by their first row; a task that is evicted and later receives rows
-    again counts as a new, newest task.
+    Sequence numbers are assigned by the caller and must increase (gaps are
+    allowed). Tasks are ordered by their first row; a task that is evicted and
+    later receives rows again counts as a new, newest task.
+
+    Layout (every structure grows by appending, so a fill's cost per row does not
+    grow with the store): the rows sit in a list at ``seq - base`` (``None`` once
+    removed; the removed front is cut off, amortised O(1) per row), the ids in a
+    set, each task's sequence numbers in a deque, and the ``agent_id`` /
+    ``task_name`` indexes count each task's rows per value (``{value: {task_id:
+    rows}}``); a query on a task some of whose rows have another value filters
+    that task's rows.
     """
+
+    cut_at = 1024  # the removed front of the row list is cut off from this many slots
 
     def __init__(self, max_capacity: int | None, eviction: Eviction) -> None:
         self.max_capacity = max_capacity
@@ -71,29 +81,41 @@ class RowIndex:
         self.clear()
 
     def clear(self) -> None:
-        self.rows: dict[int, DataRow] = {}
-        self.ids: dict[str, int] = {}
+        self._slots: list[DataRow | None] = []  # the row of seq base + i; None once removed
+        self._base = 0  # the sequence number of _slots[0]
+        self._head = 0  # first live slot (len(_slots) when empty)
+        self._count = 0
+        self.ids: set[str] = set()
         self.tasks: dict[str, deque[int]] = {}
         self.task_first: dict[str, int] = {}
-        # Eviction queues hold (task_id, first seq) / seq entries; stale entries
-        # (already removed) are skipped when popped, so removal is O(1) amortised.
+        # Task eviction queue of (task_id, first seq); stale entries (task already
+        # removed) are skipped when popped, so removal is O(1) amortised.
         self.task_order: deque[tuple[str, int]] = deque()
-        self.row_order: deque[int] = deque()
-        self.index: dict[str, dict[Any, dict[str, dict[int, None]]]] = {f: {} for f in _INDEXED}
-        # The last insert's (task_id, agent_id, task_name, task seqs, agent index seqs,
-        # name index seqs): a row of the same task, agent and name (the next step of
-        # an episode) only appends to these. Dropped whenever a row is removed.
+        self.index: dict[str, dict[Any, dict[str, int]]] = {f: {} for f in _INDEXED}
+        # The last insert's (task_id, agent_id, task_name, task seqs, agent counts,
+        # name counts): a row of the same task, agent and name (the next step of an
+        # episode) only appends to these. Dropped whenever a row is removed.
         self._last: tuple[Any, ...] | None = None
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return self._count
 
     def insert(self, seq: int, row: DataRow) -> None:
-        """Add a validated row under sequence number ``seq``."""
+        """Add a validated row under sequence number ``seq``.
+
+        Raises:
+            ValueError: ``seq`` is not above every sequence number inserted since
+                the index was last empty.
+        """
+        slots = self._slots
+        if seq - self._base != len(slots):
+            self._gap(seq)
+            slots = self._slots
+        slots.append(row)
+        self._count += 1
         meta = row.exp_meta
         tid = meta.task_id
-        self.rows[seq] = row
-        self.ids[row.id] = seq
+        self.ids.add(row.id)
         last = self._last
         if (
             last is not None
@@ -102,10 +124,10 @@ class RowIndex:
             and last[2] == meta.task_name
         ):
             last[3].append(seq)
-            last[4][seq] = None
-            last[5][seq] = None
-            if self.eviction == "row":
-                self.row_order.append(seq)
+            counts = last[4]
+            counts[tid] += 1
+            counts = last[5]
+            counts[tid] += 1
             return
         seqs = self.tasks.get(tid)
         if seqs is None:
@@ -114,35 +136,84 @@ class RowIndex:
             if self.eviction == "task":
                 self.task_order.append((tid, seq))
         seqs.append(seq)
-        if self.eviction == "row":
-            self.row_order.append(seq)
         # The loop over _INDEXED, unrolled: this is most of the per-row upkeep.
         index = self.index
-        by_task = index["agent_id"].get(meta.agent_id)
-        if by_task is None:
-            by_task = index["agent_id"][meta.agent_id] = {}
-        agent_seqs = by_task.get(tid)
-        if agent_seqs is None:
-            agent_seqs = by_task[tid] = {}
-        agent_seqs[seq] = None
-        by_task = index["task_name"].get(meta.task_name)
-        if by_task is None:
-            by_task = index["task_name"][meta.task_name] = {}
-        name_seqs = by_task.get(tid)
-        if name_seqs is None:
-            name_seqs = by_task[tid] = {}
-        name_seqs[seq] = None
-        self._last = (tid, meta.agent_id, meta.task_name, seqs, agent_seqs, name_seqs)
+        agent_counts = index["agent_id"].get(meta.agent_id)
+        if agent_counts is None:
+            agent_counts = index["agent_id"][meta.agent_id] = {}
+        agent_counts[tid] = agent_counts.get(tid, 0) + 1
+        name_counts = index["task_name"].get(meta.task_name)
+        if name_counts is None:
+            name_counts = index["task_name"][meta.task_name] = {}
+        name_counts[tid] = name_counts.get(tid, 0) + 1
+        self._last = (tid, meta.agent_id, meta.task_name, seqs, agent_counts, name_counts)
+
+    def _gap(self, seq: int) -> None:
+        """Make ``seq`` the next slot: a fresh base when empty, else ``None`` padding."""
+        end = self._base + len(self._slots)
+        if self._count == 0:
+            self._slots = []
+            self._base = seq
+            self._head = 0
+        elif seq > end:
+            self._slots.extend([None] * (seq - end))
+        else:
+            raise ValueError(f"sequence number {seq} is not above the last one ({end - 1})")
+
+    def _row(self, seq: int) -> DataRow | None:
+        pos = seq - self._base
+        if pos < self._head or pos >= len(self._slots):
+            return None
+        return self._slots[pos]
+
+    def __contains__(self, seq: object) -> bool:
+        return isinstance(seq, int) and self._row(seq) is not None
+
+    def rows_at(self, seqs: Iterable[int]) -> list[DataRow]:
+        """The stored rows of ``seqs`` (each must be stored), in that order."""
+        slots = self._slots
+        base = self._base
+        return [slots[s - base] for s in seqs]  # type: ignore[misc]
+
+    def all_rows(self) -> list[DataRow]:
+        """Every stored row, in insertion order."""
+        live = self._slots[self._head :]
+        if len(live) == self._count:
+            return live  # type: ignore[return-value]
+        return [r for r in live if r is not None]
+
+    def all_seqs(self) -> list[int]:
+        """Every stored row's sequence number, in insertion order."""
+        head = self._head
+        slots = self._slots
+        start = self._base + head
+        if len(slots) - head == self._count:
+            return list(range(start, start + self._count))
+        return [start + i for i, r in enumerate(slots[head:]) if r is not None]
 
     def remove(self, seq: int) -> None:
         """Remove the row ``seq`` (no-op if absent). O(1) for the oldest row of its task."""
-        row = self.rows.pop(seq, None)
+        row = self._row(seq)
         if row is None:
             return
+        slots = self._slots
+        pos = seq - self._base
+        slots[pos] = None
+        self._count -= 1
+        if pos == self._head:
+            head = pos + 1
+            end = len(slots)
+            while head < end and slots[head] is None:
+                head += 1
+            if head >= self.cut_at and 2 * head >= end:  # cut the dead front: O(1) amortised
+                del slots[:head]
+                self._base += head
+                head = 0
+            self._head = head
         self._last = None
         meta = row.exp_meta
         tid = meta.task_id
-        del self.ids[row.id]
+        self.ids.discard(row.id)
         seqs = self.tasks[tid]
         if seqs[0] == seq:
             seqs.popleft()
@@ -154,12 +225,13 @@ class RowIndex:
         for name in _INDEXED:
             values = self.index[name]
             value = getattr(meta, name)
-            by_task = values[value]
-            task_seqs = by_task[tid]
-            del task_seqs[seq]
-            if not task_seqs:
-                del by_task[tid]
-                if not by_task:
+            counts = values[value]
+            left = counts[tid] - 1
+            if left:
+                counts[tid] = left
+            else:
+                del counts[tid]
+                if not counts:
                     del values[value]
 
     def enforce_capacity(self) -> list[int]:
@@ -172,12 +244,11 @@ class RowIndex:
         evicted: list[int] = []
         if cap is None:
             return evicted
-        while len(self.rows) > cap:
+        while self._count > cap:
             if self.eviction == "row":
-                seq = self.row_order.popleft()
-                if seq in self.rows:
-                    self.remove(seq)
-                    evicted.append(seq)
+                seq = self._base + self._head
+                self.remove(seq)
+                evicted.append(seq)
                 continue
             tid, first = self.task_order[0]
             if self.task_first.get(tid) != first:
@@ -188,30 +259,22 @@ class RowIndex:
                 self.task_order.popleft()
                 doomed = list(seqs)
             else:
-                doomed = list(seqs)[: len(self.rows) - cap]
+                doomed = list(seqs)[: self._count - cap]
             for seq in doomed:
                 self.remove(seq)
             evicted.extend(doomed)
         return evicted
 
     def oldest_seq(self) -> int | None:
-        """Sequence number of the oldest stored row (``None`` when empty). O(1) amortised."""
-        if not self.rows:
+        """Sequence number of the oldest stored row (``None`` when empty). O(1)."""
+        if not self._count:
             return None
-        if self.eviction == "row":
-            while self.row_order[0] not in self.rows:
-                self.row_order.popleft()
-            return self.row_order[0]
-        while True:
-            tid, first = self.task_order[0]
-            if self.task_first.get(tid) == first:
-                return self.tasks[tid][0]
-            self.task_order.popleft()
+        return self._base + self._head
 
     def drop_below(self, seq: int) -> None:
-        """Remove every row with a sequence number below ``seq`` (O(rows))."""
-        for old in [s for s in self.rows if s < seq]:
-            self.remove(old)
+        """Remove every row with a sequence number below ``seq`` (O(rows removed + holes))."""
+        while self._count and self._base + self._head < seq:
+            self.remove(self._base + self._head)
 
     # ------------------------------------------------------------------ queries
 
@@ -239,28 +302,41 @@ class RowIndex:
         name = field[len("exp_meta.") :]
         values = [cond["value"]] if op == "eq" else list(cond["value"])
         values = list(dict.fromkeys(v for v in values if isinstance(v, str)))
+        tasks = self.tasks
         if name == "task_id":
-            return {v: self.tasks[v] for v in values if v in self.tasks}, True
+            return {v: tasks[v] for v in values if v in tasks}, True
         if name not in self.index:
             return None
         out: dict[str, Iterable[int]] = {}
+        slots = self._slots
+        base = self._base
         for v in values:
-            for tid, seqs in self.index[name].get(v, {}).items():
-                out[tid] = seqs if tid not in out else chain(out[tid], seqs)
+            for tid, count in self.index[name].get(v, {}).items():
+                picked: Iterable[int] = tasks[tid]
+                if count != len(tasks[tid]):  # the task's rows have several values
+                    picked = [
+                        s
+                        for s in picked
+                        if getattr(slots[s - base].exp_meta, name) == v  # type: ignore[union-attr]
+                    ]
+                out[tid] = picked if tid not in out else chain(out[tid], picked)
         return out, True
 
     def match(self, cond: Condition | None) -> list[int]:
         """Sequence numbers of matching rows, in insertion order."""
         if cond is None:
-            return list(self.rows)
+            return self.all_seqs()
         pred = compile_predicate(cond)
         plan = self._plan(cond)
-        rows = self.rows
+        slots = self._slots
+        base = self._base
         if plan is None:
-            return [s for s, r in rows.items() if pred(r)]
+            head = self._head
+            start = base + head
+            return [start + i for i, r in enumerate(slots[head:]) if r is not None and pred(r)]
         groups, exact = plan
         seqs = sorted(chain.from_iterable(groups.values()))
-        return seqs if exact else [s for s in seqs if pred(rows[s])]
+        return seqs if exact else [s for s in seqs if pred(slots[s - base])]  # type: ignore[arg-type]
 
     def task_ids(self, cond: Condition | None) -> list[str]:
         """Distinct task ids with a matching row, ordered by the task's first row."""
@@ -268,17 +344,14 @@ class RowIndex:
             return list(self.tasks)
         validate_condition(cond)
         plan = self._plan(cond)
-        if plan is not None and plan[1]:
-            first = self.task_first
-            return sorted(plan[0], key=first.__getitem__)
-        rows = self.rows
-        found = dict.fromkeys(rows[s].exp_meta.task_id for s in self.match(cond))
         first = self.task_first
+        if plan is not None and plan[1]:
+            return sorted((tid for tid, seqs in plan[0].items() if seqs), key=first.__getitem__)
+        found = dict.fromkeys(r.exp_meta.task_id for r in self.rows_at(self.match(cond)))
         return sorted(found, key=first.__getitem__)
 
     def task_rows(self, task_id: str) -> list[DataRow]:
-        rows = self.rows
-        return [rows[s] for s in self.tasks.get(task_id, ())]
+        return self.rows_at(self.tasks.get(task_id, ()))
 
 
 class _Snapshot:
@@ -445,9 +518,12 @@ class InMemoryStorage(Storage):
         """Whether queries run on JSON snapshots taken at store time (see the class docs)."""
         return self._snapshot
 
-    def _stored(self) -> dict[int, DataRow]:
-        """seq -> the row reads return."""
-        return self._given if self._snapshot else self._index.rows
+    def _rows_at(self, seqs: Iterable[int]) -> list[DataRow]:
+        """The rows reads return for the stored ``seqs``, in that order."""
+        if self._snapshot:
+            given = self._given
+            return [given[s] for s in seqs]
+        return self._index.rows_at(seqs)
 
     def add(self, data: DataRow) -> None:
         if self._snapshot:
@@ -468,7 +544,7 @@ class InMemoryStorage(Storage):
             seq = self._next_seq
             index.insert(seq, data)
             self._next_seq = seq + 1
-            if index.max_capacity is not None and len(index.rows) > index.max_capacity:
+            if index.max_capacity is not None and len(index) > index.max_capacity:
                 index.enforce_capacity()
         finally:
             lock.release()
@@ -496,7 +572,7 @@ class InMemoryStorage(Storage):
             index = self._index
             ids = index.ids
             new_ids = [row.id for row in batch]
-            if not ids.keys().isdisjoint(new_ids) or len(set(new_ids)) < len(new_ids):
+            if not ids.isdisjoint(new_ids) or len(set(new_ids)) < len(new_ids):
                 seen: set[str] = set()
                 for row_id in new_ids:  # name the first one
                     if row_id in ids or row_id in seen:
@@ -554,7 +630,7 @@ class InMemoryStorage(Storage):
             index.insert(seq, snapshot)
             self._given[seq] = given
             self._next_seq = seq + 1
-            if index.max_capacity is not None and len(index.rows) > index.max_capacity:
+            if index.max_capacity is not None and len(index) > index.max_capacity:
                 for old in index.enforce_capacity():
                     del self._given[old]
 
@@ -587,7 +663,7 @@ class InMemoryStorage(Storage):
             index = self._index
             ids = index.ids
             new_ids = [snapshot.id for snapshot in snapshots]
-            if not ids.keys().isdisjoint(new_ids) or len(set(new_ids)) < len(new_ids):
+            if not ids.isdisjoint(new_ids) or len(set(new_ids)) < len(new_ids):
                 seen: set[str] = set()
                 for row_id in new_ids:  # name the first one
                     if row_id in ids or row_id in seen:
@@ -616,16 +692,16 @@ class InMemoryStorage(Storage):
         page, page_size = check_page(page, page_size)
         with self._lock:
             seqs = self._index.match(query_condition)
-            rows = self._stored()
             start = (page - 1) * page_size
-            return [rows[s] for s in seqs[start : start + page_size]]
+            return self._rows_at(seqs[start : start + page_size])
 
     def get_all(self, query_condition: Condition | None = None) -> list[DataRow]:
         with self._lock:
-            rows = self._stored()
             if query_condition is None:
-                return list(rows.values())
-            return [rows[s] for s in self._index.match(query_condition)]
+                if self._snapshot:
+                    return list(self._given.values())
+                return self._index.all_rows()
+            return self._rows_at(self._index.match(query_condition))
 
     def get_by_task_id(self, task_id: str) -> list[DataRow]:
         with self._lock:
@@ -636,8 +712,7 @@ class InMemoryStorage(Storage):
             return {tid: self._task_rows(tid) for tid in task_ids}
 
     def _task_rows(self, task_id: str) -> list[DataRow]:
-        rows = self._stored()
-        return [rows[s] for s in self._index.tasks.get(task_id, ())]
+        return self._rows_at(self._index.tasks.get(task_id, ()))
 
     def clear(self) -> None:
         with self._lock:
@@ -654,5 +729,4 @@ class InMemoryStorage(Storage):
         k = check_count(batch_size)
         with self._lock:
             seqs = self._index.match(query_condition)
-            rows = self._stored()
-            return [rows[seqs[i]] for i in choose(len(seqs), k, rng)]
+            return self._rows_at([seqs[i] for i in choose(len(seqs), k, rng)])

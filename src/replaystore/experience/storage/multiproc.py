@@ -355,12 +355,12 @@ class MultiProcMemoryStorage(Storage):
             index = self._synced()
             seqs = index.match(query_condition)
             start = (page - 1) * page_size
-            return self._out([index.rows[s] for s in seqs[start : start + page_size]])
+            return self._out(index.rows_at(seqs[start : start + page_size]))
 
     def get_all(self, query_condition: Condition | None = None) -> list[DataRow]:
         with self._local_lock():
             index = self._synced()
-            return self._out([index.rows[s] for s in index.match(query_condition)])
+            return self._out(index.rows_at(index.match(query_condition)))
 
     def get_by_task_id(self, task_id: str) -> list[DataRow]:
         with self._local_lock():
@@ -382,4 +382,4 @@ class MultiProcMemoryStorage(Storage):
         with self._local_lock():
             index = self._synced()
             seqs = index.match(query_condition)
-            return self._out([index.rows[seqs[i]] for i in choose(len(seqs), k, rng)])
+            return self._out(index.rows_at([seqs[i] for i in choose(len(seqs), k, rng)]))
