@@ -31,7 +31,8 @@ In one run:
   page metadata to title and url, add keypoint step ids, ``torch.save`` of
   ``{"trajectories", "metadata"}``, components as plain classes with WebGym's
   attributes). Bytes per step on disk; write time (median of interleaved fresh
-  writes; ours includes its fsync, WebGym's ``torch.save`` has none); the messages
+  writes in a rotating order, wall and CPU time; ours includes its fsync, WebGym's
+  ``torch.save`` has none); the messages
   of 1,000 random samples (``get_training_samples(1000)`` then ``s["message"]``)
   from ``ReplayBuffer.from_storage``: cold (a freshly opened buffer, median of 5)
   and steady (later draws on one buffer, median).
@@ -591,7 +592,10 @@ def bench_files(workdir: Path, repeats: int) -> tuple[list[list[str]], dict[str,
     times: dict[str, list[float]] = {"v3": [], "v2": [], "webgym": []}
     cpu: dict[str, list[float]] = {"v3": [], "v2": [], "webgym": []}
     for r in range(repeats):
-        for name in ("v3", "v2", "webgym"):  # interleaved, a fresh directory each time
+        # interleaved, in a rotating order (what ran just before changes the allocator's
+        # state), a fresh directory each time
+        order = ("v3", "v2", "webgym")[r % 3 :] + ("v3", "v2", "webgym")[: r % 3]
+        for name in order:
             target = workdir / f"files_{name}_{r}"
             gc.collect()
             start, start_cpu = time.perf_counter(), time.process_time()

@@ -75,7 +75,6 @@ import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, overload
@@ -428,20 +427,9 @@ class TrajectoryStorage:
         keep = self.keep_page_metadata if keep_page_metadata is None else bool(keep_page_metadata)
         known: dict[str, list[str]] = {}  # prompt messages seen in this iteration
         self._root_strings(refresh=True)
-        if self.format_version >= 3 and len(trajectories) > 1:
-            # zstandard releases the GIL: frames compress in a second thread while the
-            # next trajectories encode (the same bytes as compressing them here).
-            with ThreadPoolExecutor(1, thread_name_prefix="replaystore-zstd") as pool:
-                encoded = [
-                    self._encode_trajectory(t, traj, keep, known, pool)
-                    for t, traj in enumerate(trajectories)
-                ]
-                for e in encoded:
-                    _settle(e)
-        else:
-            encoded = [
-                self._encode_trajectory(t, traj, keep, known) for t, traj in enumerate(trajectories)
-            ]
+        encoded = [
+            self._encode_trajectory(t, traj, keep, known) for t, traj in enumerate(trajectories)
+        ]
         self._write(target, iteration, rank, header_meta, encoded)
         logger.info(
             "saved iteration %d rank %s: %d trajectories to %s",
@@ -458,7 +446,6 @@ class TrajectoryStorage:
         trajectory: Sequence[Any],
         keep_page_metadata: bool,
         known: dict[str, list[str]],
-        pool: ThreadPoolExecutor | None = None,
     ) -> _EncodedTrajectory:
         if isinstance(trajectory, (str, bytes, Mapping)) or not isinstance(trajectory, Sequence):
             raise TrajectoryError(
@@ -531,7 +518,7 @@ class TrajectoryStorage:
         record = not dummy and is_record_step(steps[-1])
         encoded = _EncodedTrajectory([], reward, dummy, same, has_prompt, record)
         if self.format_version >= 3:
-            self._fill_frame(encoded, t, steps, relative_urls, known, pool)
+            self._fill_frame(encoded, t, steps, relative_urls, known)
         else:
             encoded.lines = _step_lines(t, steps, relative_urls)
         return encoded
@@ -553,19 +540,19 @@ class TrajectoryStorage:
         steps: Sequence[dict[str, Any]],
         relative_urls: Sequence[bool],
         known: dict[str, list[str]],
-        pool: ThreadPoolExecutor | None = None,
     ) -> None:
-        """Version 3: the trajectory's frame, its step checksums and message count; the
-        frame compressed here, or in ``pool`` (then :func:`_settle` finishes it)."""
+        """Version 3: the trajectory's frame (compressed where that pays), its step
+        checksums and message count."""
         frame, crcs, messages = _frame_of(t, steps, relative_urls, known)
+        codec = _CODEC_RAW
+        if frame:
+            packed = _zstd_compressor(self.compression_level).compress(frame)
+            if len(packed) < len(frame):
+                frame, codec = packed, _CODEC_ZSTD
         encoded.frame = frame
-        encoded.codec = _CODEC_RAW
+        encoded.codec = codec
         encoded.step_crcs = crcs
         encoded.messages = messages
-        if pool is not None:
-            encoded.pending = pool.submit(_compress, frame, self.compression_level)
-        else:
-            _settle(encoded, _compress(frame, self.compression_level))
 
     def _resolve(self, image_path: Any) -> Any:
         if not isinstance(image_path, str) or image_path == "" or os.path.isabs(image_path):
@@ -1420,8 +1407,6 @@ class _EncodedTrajectory:
     codec: int = _CODEC_RAW
     step_crcs: NDArray[np.uint32] | None = None
     messages: int = 0
-    #: The frame's compression, running in another thread (see :func:`_settle`).
-    pending: Future[bytes] | None = None
 
     @property
     def num_steps(self) -> int:
@@ -1609,22 +1594,6 @@ def _frame_of(
         body.append(head_line)
         body.append(step_line)
     return b"".join(message_lines + body), np.array(crcs, dtype=np.uint32), len(ids)
-
-
-def _compress(frame: bytes, level: int) -> bytes:
-    """``frame`` as one zstandard frame (this thread's compressor)."""
-    return _zstd_compressor(level).compress(frame) if frame else frame
-
-
-def _settle(encoded: _EncodedTrajectory, packed: bytes | None = None) -> None:
-    """Store the compressed frame where compression pays (else the frame as it is)."""
-    if packed is None:
-        if encoded.pending is None:
-            return
-        packed = encoded.pending.result()
-        encoded.pending = None
-    if encoded.frame and len(packed) < len(encoded.frame):
-        encoded.frame, encoded.codec = packed, _CODEC_ZSTD
 
 
 _ZSTD = threading.local()
