@@ -22,8 +22,9 @@ by those items' mass (one round trip's worth), as in any concurrent buffer.
 Rate limiting (``rate_limiter=``): one :class:`~replaystore.transitions.RateLimiter`
 for the whole buffer lives in its own actor (``<name>-limiter``). A shard asks
 it for room before writing a batch and reports the batch (and the rows its ring
-overwrote) once written; :meth:`ShardedReplayBuffer.sample_batch` asks it for
-``batch_size`` samples before drawing. A shard waits for room in its own
+overwrote) once written, before its ``add_batch`` returns;
+:meth:`ShardedReplayBuffer.sample_batch` asks it for ``batch_size`` samples
+before drawing. A shard waits for room in its own
 concurrency group (``inserts``), so it keeps serving samples meanwhile.
 """
 
@@ -195,8 +196,9 @@ class ShardHost:
             except BaseException:
                 self.limiter.cancel_inserts.remote(k)
                 raise
-            # Not waited for: the default group runs this shard's reports in order.
-            self.limiter.commit_inserts.remote(k, k - (int(self.buf.size) - before))
+            # Waited for, so that when add_batch returns its rows are counted: a
+            # sample or a counter read that follows it sees them (one round trip).
+            ray.get(self.limiter.commit_inserts.remote(k, k - (int(self.buf.size) - before)))
             done += k
 
     def stats(self) -> tuple[int, float, float]:
