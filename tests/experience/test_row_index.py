@@ -41,6 +41,8 @@ def _conditions() -> list[Any]:
         q().eq("exp_meta.agent_id", "a2").and_().eq("exp_meta.task_name", "n0").build(),
         q().gt("exp_meta.step", 3).build(),
         q().eq("exp_meta.agent_id", "a1").and_().gt("exp_meta.step", 2).build(),
+        q().eq("exp_meta.agent_id", "a0").or_().gt("exp_meta.step", 4).build(),
+        q().in_("exp_meta.task_name", ["n1"]).or_().eq("exp_meta.task_id", "t1").build(),
     ]
 
 

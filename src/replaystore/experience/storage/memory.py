@@ -295,18 +295,13 @@ class RowIndex:
                 for tid, seqs in groups.items():
                     merged.setdefault(tid, {}).update(dict.fromkeys(seqs))
             return dict(merged), all(p[1] for p in branches)
-        op = "in" if cond["op"] == "in_" else cond["op"]
-        field = canonical_field(cond["field"])  # "task_id" -> "exp_meta.task_id"
-        if op not in ("eq", "in") or not field.startswith("exp_meta."):
+        leaf = _indexed_leaf(cond)
+        if leaf is None:
             return None
-        name = field[len("exp_meta.") :]
-        values = [cond["value"]] if op == "eq" else list(cond["value"])
-        values = list(dict.fromkeys(v for v in values if isinstance(v, str)))
+        name, values = leaf
         tasks = self.tasks
         if name == "task_id":
             return {v: tasks[v] for v in values if v in tasks}, True
-        if name not in self.index:
-            return None
         out: dict[str, Iterable[int]] = {}
         slots = self._slots
         base = self._base
@@ -343,15 +338,54 @@ class RowIndex:
         if cond is None:
             return list(self.tasks)
         validate_condition(cond)
-        plan = self._plan(cond)
         first = self.task_first
-        if plan is not None and plan[1]:
-            return sorted((tid for tid, seqs in plan[0].items() if seqs), key=first.__getitem__)
-        found = dict.fromkeys(r.exp_meta.task_id for r in self.rows_at(self.match(cond)))
+        found = self._tasks_of(cond)
+        if found is None:
+            found = dict.fromkeys(r.exp_meta.task_id for r in self.rows_at(self.match(cond)))
         return sorted(found, key=first.__getitem__)
+
+    def _tasks_of(self, cond: Mapping[str, Any]) -> dict[str, None] | None:
+        """The tasks with a row matching ``cond``, read off the indexes alone (no row or
+        task deque is touched), or None when ``cond`` is not made of ``eq``/``in_`` on
+        indexed fields joined by ``or_`` (a one-condition ``and_`` counts)."""
+        if "and_" in cond:
+            parts = cond["and_"]
+            return self._tasks_of(parts[0]) if len(parts) == 1 else None
+        found: dict[str, None] = {}
+        if "or_" in cond:
+            for part in cond["or_"]:
+                tids = self._tasks_of(part)
+                if tids is None:
+                    return None
+                found.update(tids)
+            return found
+        leaf = _indexed_leaf(cond)
+        if leaf is None:
+            return None
+        name, values = leaf
+        if name == "task_id":
+            tasks = self.tasks
+            return {v: None for v in values if v in tasks}
+        for v in values:
+            found.update(dict.fromkeys(self.index[name].get(v, ())))
+        return found
 
     def task_rows(self, task_id: str) -> list[DataRow]:
         return self.rows_at(self.tasks.get(task_id, ()))
+
+
+def _indexed_leaf(cond: Mapping[str, Any]) -> tuple[str, list[str]] | None:
+    """``(field, distinct str values)`` of an ``eq``/``in_`` on ``task_id`` or an indexed
+    field (``agent_id``, ``task_name``), or None for any other condition."""
+    op = "in" if cond["op"] == "in_" else cond["op"]
+    field = canonical_field(cond["field"])  # "task_id" -> "exp_meta.task_id"
+    if op not in ("eq", "in") or not field.startswith("exp_meta."):
+        return None
+    name = field[len("exp_meta.") :]
+    if name != "task_id" and name not in _INDEXED:
+        return None
+    values = [cond["value"]] if op == "eq" else list(cond["value"])
+    return name, list(dict.fromkeys(v for v in values if isinstance(v, str)))
 
 
 class _Snapshot:
