@@ -126,8 +126,7 @@ def run(out: Path, quick: bool) -> list[str]:
         f"solved tasks (reward > 0.5): {len(buf.storage.task_ids(solved)):,}",
     ]
     lines += [
-        f"  solved task {s['task_id']}: {s['steps']} steps by {s['agent']}"
-        for s in solved_sampled
+        f"  solved task {s['task_id']}: {s['steps']} steps by {s['agent']}" for s in solved_sampled
     ]
     lines.append(f"sample summary: {out / 'samples.json'}")
     return lines
