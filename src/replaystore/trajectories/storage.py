@@ -859,7 +859,7 @@ class TrajectoryStorage:
                 records = []
                 for s in (0, int(header.lengths[t]) - 1):
                     try:
-                        records.append({"step": json.loads(frame.lines[2 * s + 1])})
+                        records.append({"step": json.loads(frame.step_line(s))})
                     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                         raise StorageError(f"{path} trajectory {t} step {s}: {exc}") from None
                 yield records[0], records[1]
@@ -1726,33 +1726,87 @@ def _decode_frame(raw: bytes, length: int, crc: int, codec: int, where: str) -> 
         raise StorageError(f"{where}: its frame does not decompress ({exc})") from None
 
 
-@dataclass(slots=True)
 class _Frame:
-    """A decoded version 3 frame: shared messages (text) and two lines per step."""
+    """A decoded version 3 frame: its shared messages, then two lines per step.
 
-    messages: list[str]
-    lines: list[bytes]
-    #: Each step's head once parsed (its checksum verified), else None.
-    heads: list[dict[str, Any] | None]
-    #: Decoded bytes (what the frame costs in a cache).
-    size: int
-    #: Per step, once asked: ``(parsed messages, raw_response)`` of its split prompt
-    #: (shared, never handed out: callers get copies), or False (read the step).
-    samples: list[tuple[list[Any], Any] | bool | None] | None = None
+    Lines are found by their newlines once (:func:`_split_frame`) and copied out only
+    when read; a message is decoded to text when first asked (:meth:`message`), a
+    step's head parsed once its checksum passes (:func:`_frame_head`).
+    """
+
+    __slots__ = ("data", "ends", "heads", "n_messages", "samples", "size", "texts", "where")
+
+    def __init__(self, data: bytes, ends: list[int], n_messages: int, n_steps: int, where: str):
+        self.data = data
+        #: The position of each line's newline in ``data``.
+        self.ends = ends
+        self.n_messages = n_messages
+        #: Each message's text once decoded, else None.
+        self.texts: list[str | None] = [None] * n_messages
+        #: Each step's head once parsed (its checksum verified), else None.
+        self.heads: list[dict[str, Any] | None] = [None] * n_steps
+        #: Decoded bytes (what the frame costs in a cache).
+        self.size = len(data)
+        #: Per step, once asked: ``(parsed messages, raw_response)`` of its split prompt
+        #: (shared, never handed out: callers get copies), or False (read the step).
+        self.samples: list[tuple[list[Any], Any] | bool | None] | None = None
+        self.where = where
+
+    def line(self, k: int) -> bytes:
+        """Line ``k`` of the frame, without its newline."""
+        return self.data[self.ends[k - 1] + 1 if k else 0 : self.ends[k]]
+
+    def step_line(self, s: int) -> bytes:
+        """Step ``s``'s step line (its dict as stored), without its newline."""
+        return self.line(self.n_messages + 2 * s + 1)
+
+    def message(self, i: int) -> str:
+        """Shared message ``i``'s exact JSON text.
+
+        Raises:
+            IndexError: no message ``i``.
+            StorageError: the message is not UTF-8.
+        """
+        if i < 0:
+            raise IndexError(f"message number {i} is negative")
+        text = self.texts[i]
+        if text is None:
+            try:
+                text = self.texts[i] = self.line(i).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise StorageError(f"{self.where}: malformed prompt message ({exc})") from None
+        return text
+
+    @property
+    def messages(self) -> list[str]:
+        """Every shared message's text (decoded now)."""
+        return [self.message(i) for i in range(self.n_messages)]
+
+    @property
+    def lines(self) -> list[bytes]:
+        """Every step's two lines (head, step), without their newlines."""
+        return [self.line(k) for k in range(self.n_messages, len(self.ends))]
 
 
 def _split_frame(data: bytes, n_messages: int, n_steps: int, where: str) -> _Frame:
-    lines = data.split(b"\n")
-    if len(lines) != n_messages + 2 * n_steps + 1 or lines[-1] != b"":
+    """A frame's lines found (one scan for newlines), checked against its header's counts.
+
+    Raises:
+        StorageError: the frame does not hold ``n_messages + 2 * n_steps`` lines.
+    """
+    ends = []
+    find = data.find
+    i = find(b"\n")
+    while i >= 0:
+        ends.append(i)
+        i = find(b"\n", i + 1)
+    expected = n_messages + 2 * n_steps
+    if len(ends) != expected or (ends[-1] if ends else -1) != len(data) - 1:
         raise StorageError(
-            f"{where}: its frame holds {len(lines) - 1} lines, its header says "
+            f"{where}: its frame holds {len(ends)} lines, its header says "
             f"{n_messages} messages and {n_steps} steps"
         )
-    try:
-        messages = [line.decode("utf-8") for line in lines[:n_messages]]
-    except UnicodeDecodeError as exc:
-        raise StorageError(f"{where}: malformed prompt message ({exc})") from None
-    return _Frame(messages, lines[n_messages:-1], [None] * n_steps, len(data))
+    return _Frame(data, ends, n_messages, n_steps, where)
 
 
 class _Damaged(Exception):
@@ -1764,17 +1818,22 @@ def _frame_head(frame: _Frame, s: int, crc: int) -> dict[str, Any]:
 
     Raises:
         _Damaged: the checksum fails or the head is malformed.
+        IndexError: no step ``s``.
     """
+    if s < 0:
+        raise IndexError(f"step {s} is negative")
     head = frame.heads[s]
     if head is not None:
         return head
-    head_raw = frame.lines[2 * s] + b"\n"
-    if crc != _NO_CRC and zlib.crc32(frame.lines[2 * s + 1] + b"\n", zlib.crc32(head_raw)) != crc:
+    k = frame.n_messages + 2 * s
+    ends = frame.ends
+    start = ends[k - 1] + 1 if k else 0
+    if crc != _NO_CRC and zlib.crc32(memoryview(frame.data)[start : ends[k + 1] + 1]) != crc:
         raise _Damaged(
             "step fails its CRC32 check (the file was changed or damaged after it was written)"
         )
     try:
-        head = json.loads(head_raw)
+        head = json.loads(frame.data[start : ends[k]].decode("utf-8"))
         if not isinstance(head, dict) or int(head["s"]) != s:
             raise ValueError(f"head line names step {head.get('s')!r}, expected {s}")
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
@@ -1786,14 +1845,14 @@ def _frame_head(frame: _Frame, s: int, crc: int) -> dict[str, Any]:
 def _checked_head(frame: _Frame, s: int, crc: int, where: str) -> tuple[dict[str, Any], bytes]:
     """:func:`_frame_head` and the step line, a failure a :class:`StorageError` at ``where``."""
     try:
-        return _frame_head(frame, s, crc), frame.lines[2 * s + 1]
+        return _frame_head(frame, s, crc), frame.step_line(s)
     except _Damaged as exc:
         raise StorageError(f"{where}: {exc}") from None
 
 
 def _head_prompt(frame: _Frame, head: Mapping[str, Any]) -> str:
     """The exact stored prompt text of a split prompt (URLs still relative)."""
-    return _join_prompt(int(head["p"]), [frame.messages[i] for i in head["m"]])
+    return _join_prompt(int(head["p"]), [frame.message(i) for i in head["m"]])
 
 
 class _FileSource:
@@ -1977,7 +2036,7 @@ class _FileSource:
             head = _frame_head(frame, step, int(self.crcs[pos]))
             if "p" not in head:
                 return False
-            texts = [frame.messages[i] for i in head["m"]]
+            texts = [frame.message(i) for i in head["m"]]
             response = head["r"]
         except (_Damaged, IndexError, KeyError, TypeError) as exc:
             raise StorageError(f"{self.describe(traj, step)}: {exc}") from None

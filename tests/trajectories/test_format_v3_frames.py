@@ -1,0 +1,116 @@
+"""Decoded format 3 frames (issue 25, goal 3): lines found once, read on demand.
+
+A frame is kept as its decoded bytes plus the positions of its newlines; a line is
+copied out, a message decoded and a step's checksum verified only when read. What
+is read must be exactly what splitting the frame into lines gives, and a frame whose
+line count disagrees with its header is refused as before.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import numpy as np
+import pytest
+
+from replaystore.errors import StorageError
+from replaystore.trajectories.storage import (
+    _checked_head,
+    _frame_of,
+    _head_prompt,
+    _split_frame,
+)
+
+
+def _steps(n: int) -> list[dict]:
+    """Step dicts whose prompts grow a conversation (messages shared between steps)."""
+    messages = [{"role": "system", "content": "You browse.\nBe brief."}]
+    steps = []
+    for s in range(n):
+        messages = [*messages, {"role": "user", "content": f"page {s}: caf\u00e9 \u2603 {'x' * s}"}]
+        steps.append(
+            {
+                "observation": {"image_path": f"shots/{s}.png", "task": {"task_name": "t"}},
+                "response": {"raw_prompt": json.dumps(messages), "raw_response": f"click [{s}]"},
+                "reward": {"reward": 0.0},
+            }
+        )
+    steps.append({"observation": {"image_path": ""}, "response": {"raw_prompt": "not json"}})
+    return steps
+
+
+def _frame(n: int = 4) -> tuple[bytes, list[int], int, list[dict]]:
+    steps = _steps(n)
+    prompts = [d["response"]["raw_prompt"] for d in steps]
+    data, crcs, messages = _frame_of(0, steps, [False] * len(steps), {})
+    for d, prompt in zip(steps, prompts, strict=True):
+        d["prompt"] = prompt
+    return data, crcs.tolist(), messages, steps
+
+
+def test_lines_messages_and_heads_are_exactly_the_split_frame() -> None:
+    data, crcs, n_messages, steps = _frame()
+    frame = _split_frame(data, n_messages, len(steps), "here")
+    lines = data.split(b"\n")[:-1]
+    assert [frame.line(k) for k in range(len(lines))] == lines
+    assert frame.messages == [line.decode("utf-8") for line in lines[:n_messages]]
+    assert frame.lines == lines[n_messages:]
+    for s, d in enumerate(steps):
+        head, step_raw = _checked_head(frame, s, crcs[s], f"step {s}")
+        assert step_raw == lines[n_messages + 2 * s + 1]
+        assert head == json.loads(lines[n_messages + 2 * s])
+        if "p" in head:
+            assert _head_prompt(frame, head) == d["prompt"]
+        else:
+            assert json.loads(step_raw)["response"]["raw_prompt"] == d["prompt"]
+    # messages are decoded when asked, not when the frame is split
+    fresh = _split_frame(data, n_messages, len(steps), "here")
+    assert fresh.texts == [None] * n_messages
+    fresh.message(1)
+    assert fresh.texts[0] is None and fresh.texts[1] == lines[1].decode("utf-8")
+
+
+def test_a_frame_whose_lines_disagree_with_its_header_is_refused() -> None:
+    data, _, n_messages, steps = _frame()
+    n = len(steps)
+    for bad, counts in (
+        (data[:-1], (n_messages, n)),  # last newline missing
+        (data + b"x", (n_messages, n)),  # text after the last line
+        (data + b"x\n", (n_messages, n)),  # one line too many
+        (data, (n_messages + 1, n)),
+        (data, (n_messages, n + 1)),
+        (b"", (0, 1)),
+    ):
+        with pytest.raises(StorageError, match=r"here: its frame holds .* lines, its header says"):
+            _split_frame(bad, *counts, "here")
+    assert _split_frame(b"", 0, 0, "here").lines == []
+
+
+def test_only_what_is_read_is_checked() -> None:
+    data, crcs, n_messages, steps = _frame()
+    lines = data.split(b"\n")
+    # a message no step asks for, made invalid UTF-8, and a damaged last step: the
+    # other steps still read; the damaged step and a read of that message fail clearly
+    lines[n_messages - 1] = b"\xff" + lines[n_messages - 1][1:]
+    last = n_messages + 2 * (len(steps) - 1) + 1
+    lines[last] = lines[last].replace(b"not json", b"NOT json")
+    frame = _split_frame(b"\n".join(lines), n_messages, len(steps), "here")
+    head, _ = _checked_head(frame, 0, crcs[0], "step 0")
+    assert json.loads(_head_prompt(frame, head)) == json.loads(steps[0]["prompt"])
+    with pytest.raises(StorageError, match="here: malformed prompt message"):
+        frame.message(n_messages - 1)
+    with pytest.raises(StorageError, match="step 4: step fails its CRC32 check"):
+        _checked_head(frame, len(steps) - 1, crcs[-1], "step 4")
+    with pytest.raises(IndexError):
+        frame.message(-1)
+
+
+def test_step_checksums_cover_the_head_and_step_lines() -> None:
+    data, crcs, n_messages, steps = _frame()
+    lines = data.split(b"\n")
+    for s in range(len(steps)):
+        k = n_messages + 2 * s
+        expected = zlib.crc32(lines[k + 1] + b"\n", zlib.crc32(lines[k] + b"\n"))
+        assert crcs[s] == expected
+    assert np.asarray(crcs).dtype.kind in "iu"
