@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import zlib
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,7 +25,7 @@ from replaystore.trajectories.storage import (
 )
 
 
-def _steps(n: int) -> list[dict]:
+def _steps(n: int) -> list[dict[str, Any]]:
     """Step dicts whose prompts grow a conversation (messages shared between steps)."""
     messages = [{"role": "system", "content": "You browse.\nBe brief."}]
     steps = []
@@ -40,7 +42,7 @@ def _steps(n: int) -> list[dict]:
     return steps
 
 
-def _frame(n: int = 4) -> tuple[bytes, list[int], int, list[dict]]:
+def _frame(n: int = 4) -> tuple[bytes, list[int], int, list[dict[str, Any]]]:
     steps = _steps(n)
     prompts = [d["response"]["raw_prompt"] for d in steps]
     data, crcs, messages = _frame_of(0, steps, [False] * len(steps), {})
@@ -114,3 +116,76 @@ def test_step_checksums_cover_the_head_and_step_lines() -> None:
         expected = zlib.crc32(lines[k + 1] + b"\n", zlib.crc32(lines[k] + b"\n"))
         assert crcs[s] == expected
     assert np.asarray(crcs).dtype.kind in "iu"
+
+
+def _webgym_like(n_traj: int, steps: int = 6) -> list[list[dict[str, Any]]]:
+    from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
+
+    rng = np.random.default_rng(5)
+    words = ["alpha", "bravo", "page", "click", "result", "search", "cart", "item"]
+    out = []
+    for t in range(n_traj):
+        task = Task(f"task {t}", "Shopping", "Shopping", f"https://s{t}.example", 2, None, None)
+        traj = []
+        for s in range(steps):
+            text = " ".join(rng.choice(words, 400).tolist())
+            prompt = json.dumps(
+                [{"role": "system", "content": "Act."}, {"role": "user", "content": text}]
+            )
+            traj.append(
+                {
+                    "observation": Observation(task, f"/shots/{t}_{s}.png", None, {"url": "u"}),
+                    "action": Action({"key": "click"}, "click [1]"),
+                    "response": Response(f"click [{s}]", {"action": "click"}, prompt),
+                    "reward": Reward(1.0 if s == steps - 1 else 0.0, None, submit=s == steps - 1),
+                    "same_as_next_screenshot": False,
+                }
+            )
+        out.append(traj)
+    return out
+
+
+def test_frames_compressed_together_are_the_bytes_compressed_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from replaystore.trajectories import storage as module
+    from replaystore.trajectories.buffer import ReplayBuffer
+    from replaystore.trajectories.storage import TrajectoryStorage
+
+    trajectories = _webgym_like(40)
+    meta = {"timestamp": "fixed"}
+    files = {}
+    for name, threshold in (("together", 0), ("one_by_one", 1 << 62)):
+        monkeypatch.setattr(module, "_PARALLEL_BYTES", threshold)
+        storage = TrajectoryStorage(tmp_path / name)
+        files[name] = storage.save_iteration(1, trajectories, metadata=meta).read_bytes()
+    assert files["together"] == files["one_by_one"]
+    header = json.loads(files["together"].split(b"\n", 1)[0])
+    codecs = np.frombuffer(__import__("base64").b64decode(header["index"]["frame_codec"]), "u1")
+    assert codecs.tolist() == [1] * 40  # every frame compressed (it pays here)
+    samples = ReplayBuffer.from_storage(tmp_path / "together").get_training_samples(30, seed=1)
+    for sample in samples:
+        assert sample["message"][0] == {"role": "system", "content": "Act."}
+
+
+def test_a_zstandard_backend_without_batch_compression_compresses_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from replaystore.trajectories import storage as module
+    from replaystore.trajectories.storage import TrajectoryStorage
+
+    class OneByOne:
+        def __init__(self, inner: Any) -> None:
+            self.compress = inner.compress
+
+        def multi_compress_to_buffer(self, data: Any, threads: int = 0) -> Any:
+            raise NotImplementedError("not in this backend")
+
+    real = module._zstd_compressor
+    trajectories = _webgym_like(8)
+    meta = {"timestamp": "fixed"}
+    monkeypatch.setattr(module, "_PARALLEL_BYTES", 0)
+    expected = TrajectoryStorage(tmp_path / "a").save_iteration(1, trajectories, metadata=meta)
+    monkeypatch.setattr(module, "_zstd_compressor", lambda level: OneByOne(real(level)))
+    got = TrajectoryStorage(tmp_path / "b").save_iteration(1, trajectories, metadata=meta)
+    assert got.read_bytes() == expected.read_bytes()

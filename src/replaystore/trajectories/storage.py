@@ -136,6 +136,10 @@ _SCAN = json.JSONDecoder().raw_decode
 _KNOWN_KEY = 64
 _KNOWN_PER_KEY = 4
 _LISTING_RETRIES = 5
+# Frames of one file are compressed by up to this many zstandard threads, when they
+# hold at least _PARALLEL_BYTES (below that, starting threads costs more than it saves).
+_COMPRESS_THREADS = 2
+_PARALLEL_BYTES = 1 << 20
 # Step-line key: the step's prompt holds image URLs relative to the storage root.
 _RELATIVE_URLS = "relative_image_urls"
 
@@ -541,18 +545,38 @@ class TrajectoryStorage:
         relative_urls: Sequence[bool],
         known: dict[str, list[str]],
     ) -> None:
-        """Version 3: the trajectory's frame (compressed where that pays), its step
+        """Version 3: the trajectory's frame (compressed by :meth:`_write`), its step
         checksums and message count."""
         frame, crcs, messages = _frame_of(t, steps, relative_urls, known)
-        codec = _CODEC_RAW
-        if frame:
-            packed = _zstd_compressor(self.compression_level).compress(frame)
-            if len(packed) < len(frame):
-                frame, codec = packed, _CODEC_ZSTD
         encoded.frame = frame
-        encoded.codec = codec
+        encoded.codec = _CODEC_RAW
+        encoded.compress = bool(frame)
         encoded.step_crcs = crcs
         encoded.messages = messages
+
+    def _compress_frames(self, trajectories: Sequence[_EncodedTrajectory]) -> None:
+        """Compress the frames made by :meth:`_fill_frame`, each kept compressed where
+        that is smaller. Many frames are compressed together by zstandard's own threads
+        (the same bytes as one at a time: each frame is one independent zstandard frame)."""
+        todo = [e for e in trajectories if e.compress]
+        if not todo:
+            return
+        compressor = _zstd_compressor(self.compression_level)
+        raw = [e.frame or b"" for e in todo]
+        packed: list[bytes] | None = None
+        threads = min(_COMPRESS_THREADS, os.cpu_count() or 1)
+        if threads > 1 and len(raw) > 1 and sum(map(len, raw)) >= _PARALLEL_BYTES:
+            try:
+                batch = compressor.multi_compress_to_buffer(raw, threads=threads)
+                packed = [batch[i].tobytes() for i in range(len(raw))]
+            except (AttributeError, NotImplementedError):  # a zstandard backend without it
+                packed = None
+        if packed is None:
+            packed = [compressor.compress(frame) for frame in raw]
+        for e, frame, small in zip(todo, raw, packed, strict=True):
+            if len(small) < len(frame):
+                e.frame, e.codec = small, _CODEC_ZSTD
+            e.compress = False
 
     def _resolve(self, image_path: Any) -> Any:
         if not isinstance(image_path, str) or image_path == "" or os.path.isabs(image_path):
@@ -568,6 +592,7 @@ class TrajectoryStorage:
         trajectories: Sequence[_EncodedTrajectory],
     ) -> None:
         version = 3 if trajectories and trajectories[0].frame is not None else 2
+        self._compress_frames(trajectories)
         if not trajectories:
             version = self.format_version
         lengths = np.array([e.num_steps for e in trajectories], dtype=np.int64)
@@ -1407,6 +1432,8 @@ class _EncodedTrajectory:
     codec: int = _CODEC_RAW
     step_crcs: NDArray[np.uint32] | None = None
     messages: int = 0
+    #: ``frame`` is raw and still to be compressed (:meth:`TrajectoryStorage._write`).
+    compress: bool = False
 
     @property
     def num_steps(self) -> int:
