@@ -189,3 +189,51 @@ def test_a_zstandard_backend_without_batch_compression_compresses_one_by_one(
     monkeypatch.setattr(module, "_zstd_compressor", lambda level: OneByOne(real(level)))
     got = TrajectoryStorage(tmp_path / "b").save_iteration(1, trajectories, metadata=meta)
     assert got.read_bytes() == expected.read_bytes()
+
+
+def test_component_to_dict_is_the_field_by_field_conversion() -> None:
+    import dataclasses
+
+    from replaystore.trajectories.components import (
+        Action,
+        Observation,
+        Response,
+        Reward,
+        Task,
+        _Component,
+    )
+
+    def reference(component: Any, shared: dict[str, Any] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(component):
+            if shared is not None and f.name in shared:
+                out[f.name] = shared[f.name]
+                continue
+            value = getattr(component, f.name)
+            out[f.name] = reference(value) if isinstance(value, _Component) else value
+
+        return out
+
+    class Label(str):
+        pass
+
+    task = Task("t", "d", "s", "w", 1, {"ref": [1, 2]}, None, task_id="7")
+    inner = Action({"key": "k"}, "k")
+    components = [
+        task,
+        Observation(task, "a.png", None, {"title": "x"}),
+        Observation(task, None, "tree"),
+        Action(inner, Label("s")),  # a component where a plain value is expected: converted
+        Response("r", (1, 2), "[]"),
+        Reward(1.0, task, submit=True),
+        Reward(None, None),
+    ]
+    for component in components:
+        got = component.to_dict()
+        assert got == reference(component) and list(got) == list(reference(component))
+        assert json.dumps(got, default=list) == json.dumps(reference(component), default=list)
+    shared = {"task": {"shared": True}, "not_a_field": 1}
+    observation = components[1]
+    assert observation.to_dict(shared=shared) == reference(observation, shared)
+    assert observation.to_dict(shared=shared)["task"] is shared["task"]
+    assert components[3].to_dict()["action"] == {"action": {"key": "k"}, "action_string": "k"}
