@@ -237,3 +237,22 @@ def test_component_to_dict_is_the_field_by_field_conversion() -> None:
     assert observation.to_dict(shared=shared) == reference(observation, shared)
     assert observation.to_dict(shared=shared)["task"] is shared["task"]
     assert components[3].to_dict()["action"] == {"action": {"key": "k"}, "action_string": "k"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": [1, 2.5, null]}', ' {"a":1}', '{"a":1} ', '{"a":1}x', "1", "NaN", '"\\ud800"', "",
+     "{", '{"a":1}{"b":2}', '{"a":1e400}', '{"a":1,"a":2}', "\ufeff{}"],
+)  # fmt: skip
+def test_loads_is_json_loads(text: str) -> None:
+    from replaystore.trajectories.storage import _loads
+
+    try:
+        expected: Any = ("value", json.loads(text))
+    except ValueError as exc:
+        expected = ("error", type(exc), str(exc))
+    try:
+        got: Any = ("value", _loads(text))
+    except ValueError as exc:
+        got = ("error", type(exc), str(exc))
+    assert repr(got) == repr(expected)

@@ -131,6 +131,7 @@ _PROMPT_SEPARATORS = (", ", ",")
 # Encoders made once (json.dumps with options builds one per call).
 _STEP_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _SCAN = json.JSONDecoder().raw_decode
+_SCAN_ONCE = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 # How many characters of a message's start index the messages already seen, and how
 # many texts are kept per start (the most recent).
 _KNOWN_KEY = 64
@@ -1836,6 +1837,17 @@ def _split_frame(data: bytes, n_messages: int, n_steps: int, where: str) -> _Fra
     return _Frame(data, ends, n_messages, n_steps, where)
 
 
+def _loads(text: str) -> Any:
+    """``json.loads(text)``, without its wrapper's calls and whitespace scans when the
+    text is exactly one JSON value (what the writer stores); anything else goes through
+    ``json.loads`` (the same value or the same error)."""
+    try:
+        value, end = _SCAN_ONCE(text, 0)
+    except StopIteration:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
+
+
 class _Damaged(Exception):
     """A step of a frame fails its checks (the caller names the step)."""
 
@@ -1860,7 +1872,7 @@ def _frame_head(frame: _Frame, s: int, crc: int) -> dict[str, Any]:
             "step fails its CRC32 check (the file was changed or damaged after it was written)"
         )
     try:
-        head = json.loads(frame.data[start : ends[k]].decode("utf-8"))
+        head = _loads(frame.data[start : ends[k]].decode("utf-8"))
         if not isinstance(head, dict) or int(head["s"]) != s:
             raise ValueError(f"head line names step {head.get('s')!r}, expected {s}")
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as exc:
@@ -2087,7 +2099,7 @@ class _FileSource:
         cache = self._messages[relative]
         parsed = cache.get(text)
         if parsed is None:
-            parsed = json.loads(resolve_prompt(text, self._root_url) if relative else text)
+            parsed = _loads(resolve_prompt(text, self._root_url) if relative else text)
             if self._message_chars > self.MESSAGE_CACHE_CHARS:
                 self._messages = ({}, {})
                 self._message_chars = 0
