@@ -18,7 +18,6 @@ too. They are not iterable (WebGym's raise on ``obj[0]`` too).
 from __future__ import annotations
 
 import dataclasses
-import operator
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, InitVar, dataclass, field
@@ -78,12 +77,8 @@ domain_subdomain_map: dict[str, list[str]] = {
 }
 
 
-# Per component class: its field names, in order, and one getter of all their values
-# (to_dict runs once per component of every step saved).
-_TO_DICT: dict[type, tuple[tuple[str, ...], Any]] = {}
-# Field value types that to_dict keeps as they are without a closer look (a value of
-# any other type may be a nested component).
-_PLAIN_VALUES = frozenset({str, int, float, bool, type(None), dict, list})
+# The field names of each component class, in order (to_dict runs once per step saved).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 class _Component:
@@ -131,22 +126,16 @@ class _Component:
         ``shared``: ready dicts of nested components, by field name, used as they are
         (:func:`step_to_dict` shares one task's dict among a trajectory's steps).
         """
-        plan = _TO_DICT.get(type(self))
-        if plan is None:
-            names = self._field_names()
-            getter = operator.attrgetter(*names) if len(names) > 1 else None
-            plan = _TO_DICT[type(self)] = (names, getter)
-        names, getter = plan
-        values = getter(self) if getter is not None else [getattr(self, n) for n in names]
-        out = dict(zip(names, values, strict=True))
-        if shared is not None:
-            for name, value in shared.items():
-                if name in out:
-                    out[name] = value
-        if not _PLAIN_VALUES.issuperset(map(type, out.values())):
-            for name, value in out.items():  # nested components (not the shared ones)
-                if isinstance(value, _Component) and (shared is None or name not in shared):
-                    out[name] = value.to_dict()
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = self._field_names()
+        out: dict[str, Any] = {}
+        for name in names:
+            if shared is not None and name in shared:
+                out[name] = shared[name]
+                continue
+            value = getattr(self, name)
+            out[name] = value.to_dict() if isinstance(value, _Component) else value
         return out
 
     @classmethod
