@@ -256,3 +256,10 @@ def test_loads_is_json_loads(text: str) -> None:
     except ValueError as exc:
         got = ("error", type(exc), str(exc))
     assert repr(got) == repr(expected)
+
+
+def test_the_reply_text_is_encoded_as_the_step_encoder_encodes_it() -> None:
+    from replaystore.trajectories.storage import _STEP_ENCODER, _encode_text
+
+    for text in ("a", 'caf\u00e9 \u2603\n"\\\x00\x1f\x7f', "\ud800", "", "x" * 999, "\U0001f600"):
+        assert _encode_text(text) == _STEP_ENCODER.encode(text)

@@ -131,6 +131,8 @@ _PROMPT_SEPARATORS = (", ", ",")
 # Encoders made once (json.dumps with options builds one per call).
 _STEP_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _SCAN = json.JSONDecoder().raw_decode
+# _STEP_ENCODER.encode of a str (ensure_ascii=False): the JSON string literal
+_encode_text = json.encoder.encode_basestring
 _SCAN_ONCE = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 # How many characters of a message's start index the messages already seen, and how
 # many texts are kept per start (the most recent).
@@ -1603,7 +1605,9 @@ def _frame_of(
                         number = ids[part] = len(ids)
                         message_lines.append(part.encode("utf-8") + b"\n")
                     numbers.append(str(number))
-                reply = encode(response["raw_response"])  # type: ignore[index]
+                reply = response["raw_response"]  # type: ignore[index]
+                # what encode gives for a string, without JSONEncoder.encode's own checks
+                reply = _encode_text(reply) if type(reply) is str else encode(reply)
                 head = f'{{"s":{s}{url},"p":{separator},"m":[{",".join(numbers)}],"r":{reply}}}\n'
                 # the caller's dicts are its own copies: the two texts live in the head now
                 response["raw_prompt"] = response["raw_response"] = ""  # type: ignore[index]
