@@ -29,6 +29,7 @@ from replaystore.errors import CheckpointError
 
 __all__ = [
     "FORMAT_PREFIX",
+    "OBJECTRL_KEYS",
     "CheckpointFile",
     "CheckpointMeta",
     "confine_name",
@@ -39,7 +40,8 @@ __all__ = [
 #: Every replaystore checkpoint's ``format`` starts with this (then the version).
 FORMAT_PREFIX = "replaystore.transitions.checkpoint/"
 
-_OBJECTRL_KEYS = ("buffer_size", "data_size", "pointer")
+#: The three counters of ObjectRL's metadata, which every checkpoint file holds.
+OBJECTRL_KEYS = ("buffer_size", "data_size", "pointer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,9 +102,16 @@ class CheckpointMeta:
 
 
 def is_zip_archive(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` starts as a zip archive does (what ``torch.save`` writes)."""
-    with open(path, "rb") as handle:
-        return handle.read(4) == b"PK\x03\x04"
+    """Whether ``path`` starts as a zip archive does (what ``torch.save`` writes).
+
+    False when it cannot be read (missing, a directory): the caller's reader then
+    reports what is wrong with it.
+    """
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
 
 
 def confine_name(directory: Path, name: Any, where: Path, what: str) -> Path:
@@ -170,11 +179,11 @@ def read_checkpoint_meta(meta_path: str | os.PathLike[str]) -> CheckpointMeta:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{meta_path} is not valid JSON: {exc}") from None
-    if not isinstance(meta, dict) or not set(_OBJECTRL_KEYS) <= meta.keys():
+    if not isinstance(meta, dict) or not set(OBJECTRL_KEYS) <= meta.keys():
         raise CheckpointError(
             f"{meta_path} is not a transitions checkpoint (no buffer_size/data_size/pointer)"
         )
-    size, used, pointer = (_int(meta, key, meta_path) for key in _OBJECTRL_KEYS)
+    size, used, pointer = (_int(meta, key, meta_path) for key in OBJECTRL_KEYS)
     fmt = meta.get("format")
     if fmt is None:
         return CheckpointMeta(meta_path, None, size, used, pointer)

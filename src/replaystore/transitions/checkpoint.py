@@ -41,6 +41,7 @@ import torch
 
 from replaystore.atomic import atomic_write_json, fsync_dir
 from replaystore.errors import CheckpointError
+from replaystore.formats.transitions_checkpoint import FORMAT_PREFIX, OBJECTRL_KEYS, is_zip_archive
 from replaystore.transitions.schema import FieldSpec, dtype_from_name, dtype_name
 
 __all__ = [
@@ -52,7 +53,7 @@ __all__ = [
     "write_checkpoint",
 ]
 
-CHECKPOINT_FORMAT = "replaystore.transitions.checkpoint/1"
+CHECKPOINT_FORMAT = f"{FORMAT_PREFIX}1"
 _CHUNK = 1 << 24
 
 
@@ -193,7 +194,7 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Snapshot:
             missing, truncated, corrupt or malformed part.
     """
     prefix, meta_path = _paths(path)
-    if _is_zip(meta_path):
+    if is_zip_archive(meta_path):
         raise CheckpointError(
             f"{meta_path} is ObjectRL's metadata-only checkpoint (torch.save of buffer_size, "
             "data_size, pointer): it holds no transitions to restore (ReplayBuffer.load "
@@ -286,7 +287,6 @@ def _parse(prefix: Path, meta: dict[str, Any]) -> Snapshot:
 
 # ----------------------------------------------------------------------------- ObjectRL
 
-_OBJECTRL_KEYS = ("buffer_size", "data_size", "pointer")
 _PICKLE_INT_OPS = {"BININT", "BININT1", "BININT2", "INT", "LONG", "LONG1", "LONG4"}
 _PICKLE_STR_OPS = {"BINUNICODE", "SHORT_BINUNICODE", "UNICODE", "BINUNICODE8"}
 _PICKLE_MEMO_OPS = {"MEMOIZE", "BINPUT", "LONG_BINPUT", "PUT"}
@@ -306,14 +306,6 @@ class ObjectRLMetadata:
     buffer_size: int
     data_size: int
     pointer: int
-
-
-def _is_zip(path: Path) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(4) == b"PK\x03\x04"
-    except OSError:
-        return False
 
 
 def _objectrl_dict_from_pickle(raw: bytes, where: Path) -> dict[str, int]:
@@ -387,7 +379,7 @@ def read_objectrl_metadata(path: str | os.PathLike[str]) -> ObjectRLMetadata | N
             (other content, a missing key, inconsistent counters).
     """
     _prefix, meta_path = _paths(path)
-    if _is_zip(meta_path):
+    if is_zip_archive(meta_path):
         try:
             with zipfile.ZipFile(meta_path) as archive:
                 names = [
@@ -409,12 +401,12 @@ def read_objectrl_metadata(path: str | os.PathLike[str]) -> ObjectRLMetadata | N
             values = json.loads(meta_path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
-        if not isinstance(values, dict) or set(values) != set(_OBJECTRL_KEYS):
+        if not isinstance(values, dict) or set(values) != set(OBJECTRL_KEYS):
             return None
-    missing = [k for k in _OBJECTRL_KEYS if k not in values]
+    missing = [k for k in OBJECTRL_KEYS if k not in values]
     if missing:
         raise CheckpointError(f"{meta_path} lacks ObjectRL's key(s) {', '.join(missing)}")
-    counters = [values[k] for k in _OBJECTRL_KEYS]
+    counters = [values[k] for k in OBJECTRL_KEYS]
     if any(isinstance(v, bool) or not isinstance(v, int) for v in counters):
         raise CheckpointError(f"{meta_path}: buffer_size, data_size, pointer must be integers")
     meta = ObjectRLMetadata(*counters)
