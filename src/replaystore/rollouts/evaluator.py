@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from replaystore.errors import ConfigError, ImageError, ModelServerError
-from replaystore.pipeline.images import image_to_data_url
+from replaystore.images import image_to_data_url
 from replaystore.rollouts.chat_client import ChatCompletionsClient
 from replaystore.trajectories.components import Reward, Step, Task
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from replaystore.errors import ConfigError
-from replaystore.pipeline.images import messages_to_data_urls
+from replaystore.images import messages_to_data_urls
 from replaystore.rollouts.chat_client import ChatCompletionsClient
 from replaystore.trajectories.components import Observation, Response, Step, Task
 from replaystore.trajectories.context import ConversationBuilder
