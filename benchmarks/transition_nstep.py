@@ -6,7 +6,7 @@ Data: 100,000 CartPole-like transitions (obs float32[4], action int64, reward
 float32, next_obs float32[4], done bool) in episodes of 20-500 steps, stored in
 two buffers that differ only in ``n_step`` (1 and 3, gamma 0.99), same seed.
 Each row times ``sample_batch(256)`` of both, side by side in the same rounds
-(best of 3 medians each), on RAM and memmap storage, uniform and prioritized:
+(best of 7 medians of 1,000 calls each), on RAM and memmap storage, uniform and prioritized:
 the n-step sample holds the same rows plus ``n_step_return``,
 ``n_step_next_obs``, ``n_step_done`` and ``n_step_discount``. The kernel rows use
 the compiled ``replaystore._nstep`` (the default where it is built); the NumPy
@@ -31,6 +31,10 @@ BATCH = 256
 N_STEP = 3
 GAMMA = 0.99
 TARGET = 1.5
+#: Alternating rounds per row, each the median of ``repeats`` calls; a row's figure is
+#: the best round. Seven short rounds rather than three long ones: two rows running
+#: the same code (RAM and memmap) differed by 12% with three (2026-11-25 21:10).
+ROUNDS = 7
 
 
 def _buffer(storage: str, sampler: str, n_step: int, data: dict[str, np.ndarray]) -> Any:
@@ -70,7 +74,7 @@ def measure_pair(
             os.environ["REPLAYSTORE_NSTEP"] = previous
     used = multi._sampler.nstep.backend  # which path computed the entries
     times = {"plain": [], "nstep": []}
-    for _ in range(3):  # alternate rounds: a burst of other work hits both alike
+    for _ in range(ROUNDS):  # alternate rounds: a burst of other work hits both alike
         times["plain"].append(median_seconds(lambda: plain.sample_batch(BATCH), repeats, 50))
         times["nstep"].append(median_seconds(lambda: multi.sample_batch(BATCH), repeats, 50))
     _close(plain)
@@ -82,7 +86,7 @@ def measure_pair(
 def run_nstep(quick: bool) -> str:
     """Measure every row; returns the Markdown section."""
     size = 10_000 if quick else 100_000
-    repeats = 200 if quick else 2000
+    repeats = 200 if quick else 1000
     data = episodes_data(size)
     rows = []
     verdicts = []
@@ -108,6 +112,9 @@ def run_nstep(quick: bool) -> str:
     missed = [name for name, ratio in verdicts if ratio > TARGET and "kernel" in name]
     lines = [
         f"### n-step (n={N_STEP}) sampling of {BATCH} vs the plain sample of {BATCH}",
+        "",
+        f"Each figure: the best of {ROUNDS} medians of {repeats:,} calls, the two buffers' "
+        "rounds alternating.",
         "",
         markdown_table(header, rows),
         "",

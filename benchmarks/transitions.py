@@ -1035,7 +1035,8 @@ def main(argv: list[str] | None = None) -> int:
     notes = [
         f"Run: `{command}`, mode {mode}, {time.perf_counter() - started:.0f} s, {when}.",
         f"Machine: {machine_summary()}; torch threads: {torch.get_num_threads()}.",
-        f"Each figure is the best of {ROUNDS} medians (separate rounds, after warm-up). "
+        f"Each figure is the best of {ROUNDS} medians (separate rounds, after warm-up; "
+        "the n-step part: see its table). "
         "Single figures move by about +-15% between runs; compare ratios within one run.",
     ]
     if ours_available is None:

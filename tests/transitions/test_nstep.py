@@ -433,6 +433,26 @@ def test_kernel_and_numpy_give_identical_entries():
             assert torch.equal(value, by_numpy[key]), key
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_fill_adds_what_fields_returns(path):
+    """``fill`` (what a uniform or prioritized draw calls) gives ``fields``' entries,
+    for the sampler's int64 positions and for positions of another integer dtype."""
+    rng = np.random.default_rng(43)
+    for keys in ((), ("terminated",)):
+        for _ in range(10):
+            buf, _ = filled(rng, "memory", keys)
+            nstep = reader(path, buf._storage, 3, 0.9)
+            for dtype in (np.int64, np.int32):
+                positions = rng.integers(0, buf.size, 50).astype(dtype)
+                out: dict[str, torch.Tensor] = {"obs": torch.zeros(1)}
+                nstep.fill(out, positions, buf.pointer)
+                expected = nstep.fields(torch.from_numpy(positions.astype(np.int64)), buf.pointer)
+                assert out.keys() == {"obs", *expected.keys()}
+                for key, value in expected.items():
+                    assert out[key].dtype == value.dtype, key
+                    assert torch.equal(out[key], value), key
+
+
 def test_kernel_is_used_only_for_what_it_reads():
     rows = {"reward": np.ones(4, np.float32), "next_obs": np.zeros((4, 2), np.float32)}
     flags = {"done": np.zeros(4, bool)}

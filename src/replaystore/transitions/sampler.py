@@ -378,7 +378,7 @@ class TransitionSampler:
                 pos = self.numpy_rng.integers(0, size, n)
                 out = {name: torch.from_numpy(a.take(pos, axis=0)) for name, a in arrays}
                 if nstep is not None:
-                    out.update(nstep.fields(pos, pointer))
+                    nstep.fill(out, pos, pointer)
                 return batch_tensordict(out, n, self.device)
             if self._on_cpu:
                 idx = torch.randint(size, (n,), generator=self.torch_generator)
@@ -396,7 +396,7 @@ class TransitionSampler:
                 out["index"] = idx
                 out["weight"] = weight
                 if nstep is not None:
-                    out.update(nstep.fields(slots, pointer))
+                    nstep.fill(out, slots, pointer)
                 return batch_tensordict(out, n, self.device)
             if not self._on_cpu:  # storage on an accelerator (.to costs ~0.5 us on CPU)
                 idx = idx.to(self.storing_device)
