@@ -26,7 +26,7 @@ In one run:
   steps (500 trajectories of 10; a ~2.9k-character prompt: a fixed system prompt,
   then the task, the previous actions and a page excerpt of seeded random words;
   a ~220-character response) written by ``TrajectoryStorage.save_iteration``
-  (format 3, and format 2 for reference) and by a writer shaped like WebGym's
+  (format 4, the default; formats 3 and 2 for reference) and by a writer shaped like WebGym's
   ``save_trajectories_incremental`` (``webgym/utils/trajectory_storage.py``: strip
   page metadata to title and url, add keypoint step ids, ``torch.save`` of
   ``{"trajectories", "metadata"}``, components as plain classes with WebGym's
@@ -40,7 +40,9 @@ In one run:
   the collector's own prompt path (``WebAgent.act``: ``ConversationBuilder``, the
   prompt stored as ``json.dumps`` of the messages, ``file://`` screenshots under the
   storage root) with a fixed-reply policy (no browser needed), saved by
-  ``save_iteration``: bytes per step must stay flat as trajectories grow.
+  ``save_iteration``: bytes must grow linearly with the length (each added step
+  costing the same: the marginal bytes per step from 5 to 10 and from 10 to 20
+  steps within 10% of each other).
 
 ``--quick`` shrinks every size ~10-20x to smoke-test the script. With ``--out``,
 the generated tables replace the text between the BEGIN/END GENERATED markers.
@@ -361,7 +363,7 @@ def bench_storage_rss(n_steps: int, k: int, workdir: Path) -> tuple[list[list[st
     delta_use = (r["after_use"] - r["base"]) / mib
     rows = [
         [
-            f"from_storage over {r['steps']:,} steps ({size:,.0f} MiB of format 3 files)",
+            f"from_storage over {r['steps']:,} steps ({size:,.0f} MiB of format 4 files)",
             f"{r['open_s']:.2f} s",
             f"{(r['after_open'] - r['base']) / mib:,.0f} MiB",
             f"{delta_use:,.0f} MiB",
@@ -589,12 +591,13 @@ def bench_files(workdir: Path, repeats: int) -> tuple[list[list[str]], dict[str,
     webgym = as_webgym(trajs)
     n = WEBGYM_STEPS
     sizes: dict[str, int] = {}
-    times: dict[str, list[float]] = {"v3": [], "v2": [], "webgym": []}
-    cpu: dict[str, list[float]] = {"v3": [], "v2": [], "webgym": []}
+    names = ("v4", "v3", "v2", "webgym")
+    times: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeats):
         # interleaved, in a rotating order (what ran just before changes the allocator's
         # state), a fresh directory each time
-        order = ("v3", "v2", "webgym")[r % 3 :] + ("v3", "v2", "webgym")[: r % 3]
+        order = names[r % 4 :] + names[: r % 4]
         for name in order:
             target = workdir / f"files_{name}_{r}"
             gc.collect()
@@ -614,7 +617,7 @@ def bench_files(workdir: Path, repeats: int) -> tuple[list[list[str]], dict[str,
     med_cpu = {k: sorted(v)[len(v) // 2] for k, v in cpu.items()}
     k = 1_000
     reads: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {}
-    for name in ("v3", "v2"):
+    for name in ("v4", "v3", "v2"):
         root = workdir / f"files_{name}_{repeats - 1}"
         cold = _median_pair(
             [_read_messages(ReplayBuffer.from_storage(root), k, seed) for seed in range(5)]
@@ -634,7 +637,15 @@ def bench_files(workdir: Path, repeats: int) -> tuple[list[list[str]], dict[str,
 
     rows = [
         [
-            "replaystore, format 3 (zstd frames, shared messages)",
+            "replaystore, format 4 (zstd frames, each message once per file, read alone)",
+            f"{sizes['v4'] / n:,.0f}",
+            fmt_ratio(sizes["webgym"] / sizes["v4"]),
+            f"{med['v4'] * 1e3:,.0f} ms ({med_cpu['v4'] * 1e3:,.0f} ms CPU)",
+            fmt_ratio(med["webgym"] / med["v4"]),
+            read_cell("v4"),
+        ],
+        [
+            "replaystore, format 3 (zstd frames, shared messages; the previous format)",
             f"{sizes['v3'] / n:,.0f}",
             fmt_ratio(sizes["webgym"] / sizes["v3"]),
             f"{med['v3'] * 1e3:,.0f} ms ({med_cpu['v3'] * 1e3:,.0f} ms CPU)",
@@ -642,7 +653,7 @@ def bench_files(workdir: Path, repeats: int) -> tuple[list[list[str]], dict[str,
             read_cell("v3"),
         ],
         [
-            "replaystore, format 2 (JSON lines, the previous format)",
+            "replaystore, format 2 (JSON lines)",
             f"{sizes['v2'] / n:,.0f}",
             fmt_ratio(sizes["webgym"] / sizes["v2"]),
             f"{med['v2'] * 1e3:,.0f} ms ({med_cpu['v2'] * 1e3:,.0f} ms CPU)",
@@ -659,14 +670,14 @@ def bench_files(workdir: Path, repeats: int) -> tuple[list[list[str]], dict[str,
         ],
     ]
     facts = {
-        "bytes_v3": sizes["v3"] / n,
+        "bytes_v4": sizes["v4"] / n,
         "bytes_webgym": sizes["webgym"] / n,
-        "write_ratio": med["webgym"] / med["v3"],
-        "write_ratio_cpu": med_cpu["webgym"] / med_cpu["v3"],
-        "read_cold_ms": reads["v3"][0][0] * 1e3,
-        "read_cold_cpu_ms": reads["v3"][0][1] * 1e3,
-        "read_steady_ms": reads["v3"][1][0] * 1e3,
-        "read_steady_cpu_ms": reads["v3"][1][1] * 1e3,
+        "write_ratio": med["webgym"] / med["v4"],
+        "write_ratio_cpu": med_cpu["webgym"] / med_cpu["v4"],
+        "read_cold_ms": reads["v4"][0][0] * 1e3,
+        "read_cold_cpu_ms": reads["v4"][0][1] * 1e3,
+        "read_steady_ms": reads["v4"][1][0] * 1e3,
+        "read_steady_cpu_ms": reads["v4"][1][1] * 1e3,
     }
     return rows, facts
 
@@ -743,27 +754,30 @@ def _rollout_trajectories(root: Path, length: int, count: int) -> list[list[dict
 
 
 def bench_rollout_bytes(workdir: Path, count: int) -> tuple[list[list[str]], list[float]]:
+    """Rows per length, and format 4's marginal bytes per added step (5 -> 10, 10 -> 20)."""
     rows = []
-    per_step: list[float] = []
+    totals: dict[int, float] = {}
     for length in (5, 10, 20):
         sizes = {}
-        for version in (3, 2):
+        for version in (4, 3, 2):
             root = workdir / f"rollout_{length}_v{version}"
             trajs = _rollout_trajectories(root, length, count)
             path = TrajectoryStorage(root, format_version=version).save_iteration(1, trajs)
             sizes[version] = path.stat().st_size / (length * count)
             prompt = sum(len(s["response"].raw_prompt) for t in trajs for s in t) / (length * count)
-        per_step.append(sizes[3])
+        totals[length] = sizes[4] * length  # bytes per trajectory
         rows.append(
             [
                 f"{length} steps ({count} trajectories)",
                 f"{prompt:,.0f}",
                 f"{sizes[2]:,.0f}",
                 f"{sizes[3]:,.0f}",
-                fmt_ratio(sizes[2] / sizes[3]),
+                f"{sizes[4]:,.0f}",
+                fmt_ratio(sizes[2] / sizes[4]),
             ]
         )
-    return rows, per_step
+    marginal = [(totals[10] - totals[5]) / 5, (totals[20] - totals[10]) / 10]
+    return rows, marginal
 
 
 def _met(ok: bool) -> str:
@@ -849,7 +863,8 @@ def main(argv: list[str] | None = None) -> int:
                 "prompt chars/step",
                 "format 2 B/step",
                 "format 3 B/step",
-                "format 2 / format 3",
+                "format 4 B/step",
+                "format 2 / format 4",
             ],
             rollout,
         ),
@@ -881,8 +896,8 @@ def main(argv: list[str] | None = None) -> int:
                 ],
                 [
                     "trajectory file bytes/step <= WebGym's pickle",
-                    f"{facts['bytes_v3']:,.0f} vs {facts['bytes_webgym']:,.0f}",
-                    _met(facts["bytes_v3"] <= facts["bytes_webgym"]),
+                    f"{facts['bytes_v4']:,.0f} vs {facts['bytes_webgym']:,.0f}",
+                    _met(facts["bytes_v4"] <= facts["bytes_webgym"]),
                 ],
                 [
                     "writing at least as fast as WebGym's writer (WebGym time / ours >= 1, wall)",
@@ -904,9 +919,11 @@ def main(argv: list[str] | None = None) -> int:
                     + f" (CPU: {_met(facts['read_cold_cpu_ms'] <= 5.0)})",
                 ],
                 [
-                    "rollout bytes/step flat from 5 to 20 steps (20-step / 5-step <= 1.1)",
-                    f"{rollout_bytes[-1] / rollout_bytes[0]:.2f}",
-                    _met(rollout_bytes[-1] / rollout_bytes[0] <= 1.1),
+                    "rollout bytes grow linearly with length (format 4: bytes per added "
+                    "step, 5 -> 10 and 10 -> 20 steps, within 10%)",
+                    f"{rollout_bytes[0]:,.0f} and {rollout_bytes[1]:,.0f} B "
+                    f"({rollout_bytes[1] / rollout_bytes[0]:.2f}x)",
+                    _met(abs(rollout_bytes[1] / rollout_bytes[0] - 1) <= 0.1),
                 ],
             ],
         ),

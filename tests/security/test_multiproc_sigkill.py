@@ -67,7 +67,12 @@ def test_writer_killed_between_adds_loses_nothing_acknowledged(tmp_path):
             # A pause between adds: the kill lands outside add_batch almost always.
             proc = CTX.Process(target=_writer, args=(storage, writer, counter, 0.02))
             proc.start()
-            time.sleep(float(rng.uniform(0.2, 0.5)))
+            # the writer's first acknowledged add (a loaded machine starts it late), then
+            # a random number of further adds before the kill
+            deadline = time.monotonic() + 30
+            while counter.value == 0 and time.monotonic() < deadline and proc.is_alive():
+                time.sleep(0.01)
+            time.sleep(float(rng.uniform(0.1, 0.3)))
             os.kill(proc.pid, signal.SIGKILL)
             proc.join()
             acked[writer] = counter.value

@@ -1,10 +1,12 @@
-"""Damaged, truncated and half-written trajectory files of format 3 (issue 25, goal 3).
+"""Damaged, truncated and half-written trajectory files of formats 3 and 4 (issue 25).
 
-Format 3 keeps format 2's guarantees (tests/security/test_trajectory_files.py):
-a truncated or extended file is refused at open (size and last frame checked), a
-changed byte is refused when read (the frame's CRC32, then each step's), a damaged
-rank file is not merged, and a writer killed at any instant leaves the store readable
-(every file is written to a temporary and renamed).
+Both keep format 2's guarantees (tests/security/test_trajectory_files.py): a
+truncated or extended file is refused at open (size and last frame checked; format
+4: and its last text), a changed byte is refused when read (the frame's CRC32, then
+each step's; format 4's texts: tests/trajectories/test_format_v4.py), a damaged
+rank file is not merged, and a writer killed at any instant leaves the store
+readable (every file is written to a temporary and renamed). A format 4 sample is
+read from the file's texts alone, so a damaged frame shows when a step is read.
 """
 
 from __future__ import annotations
@@ -23,18 +25,20 @@ from replaystore.trajectories.storage import TrajectoryStorage
 
 from .test_trajectory_files import trajectory
 
+VERSIONS = pytest.mark.parametrize("version", [3, 4])
 
-def saved(tmp_path: Path, rank: int | None = 0) -> tuple[TrajectoryStorage, Path]:
-    storage = TrajectoryStorage(tmp_path / "store")
+
+def saved(tmp_path: Path, version: int, rank: int | None = 0) -> tuple[TrajectoryStorage, Path]:
+    storage = TrajectoryStorage(tmp_path / "store", format_version=version)
     path = storage.save_iteration(
         1, [trajectory("alpha", 3), trajectory("bravo", 4), trajectory("charlie", 2)], rank=rank
     )
-    assert json.loads(path.read_bytes().split(b"\n", 1)[0])["version"] == 3
+    assert json.loads(path.read_bytes().split(b"\n", 1)[0])["version"] == version
     return storage, path
 
 
 def frames(path: Path) -> tuple[int, list[int]]:
-    """(body start, frame lengths) of a format 3 file."""
+    """(body start, frame lengths) of a format 3 or 4 file."""
     header_line = path.read_bytes().split(b"\n", 1)[0]
     lengths = np.frombuffer(
         __import__("base64").b64decode(json.loads(header_line)["index"]["frame_lengths"]), "<i8"
@@ -51,8 +55,9 @@ def flip_in_frame(path: Path, t: int) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_truncated_file_is_refused_at_open(tmp_path: Path) -> None:
-    storage, path = saved(tmp_path)
+@VERSIONS
+def test_truncated_file_is_refused_at_open(tmp_path: Path, version: int) -> None:
+    storage, path = saved(tmp_path, version)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 40])
     with pytest.raises(StorageError, match=r"rank000\.jsonl is truncated: .* 3 trajectory frames"):
@@ -61,8 +66,11 @@ def test_truncated_file_is_refused_at_open(tmp_path: Path) -> None:
         storage.stats()
 
 
-def test_file_cut_at_a_frame_boundary_or_extended_is_refused_at_open(tmp_path: Path) -> None:
-    storage, path = saved(tmp_path)
+@VERSIONS
+def test_file_cut_at_a_frame_boundary_or_extended_is_refused_at_open(
+    tmp_path: Path, version: int
+) -> None:
+    storage, path = saved(tmp_path, version)
     original = path.read_bytes()
     start, lengths = frames(path)
     path.write_bytes(original[: start + sum(lengths[:2])])  # the last frame missing
@@ -73,27 +81,37 @@ def test_file_cut_at_a_frame_boundary_or_extended_is_refused_at_open(tmp_path: P
         ReplayBuffer.from_storage(storage.root)
 
 
-def test_damaged_last_frame_is_refused_at_open(tmp_path: Path) -> None:
-    storage, path = saved(tmp_path)
+@VERSIONS
+def test_damaged_last_frame_is_refused_at_open(tmp_path: Path, version: int) -> None:
+    storage, path = saved(tmp_path, version)
     flip_in_frame(path, 2)
     with pytest.raises(StorageError, match=r"last trajectory \(2\) fails its CRC32"):
         ReplayBuffer.from_storage(storage.root)
 
 
-def test_changed_byte_mid_file_raises_on_read_naming_the_trajectory(tmp_path: Path) -> None:
-    storage, path = saved(tmp_path)
+@VERSIONS
+def test_changed_byte_mid_file_raises_on_read_naming_the_trajectory(
+    tmp_path: Path, version: int
+) -> None:
+    storage, path = saved(tmp_path, version)
     flip_in_frame(path, 1)
     buffer = ReplayBuffer.from_storage(storage.root)  # open stays cheap: header + last frame
     assert len(buffer) == 9
-    with pytest.raises(StorageError, match=r"trajectory 1 .*rank000\.jsonl.*CRC32"):
-        list(buffer)
+    if version == 3:
+        with pytest.raises(StorageError, match=r"trajectory 1 .*rank000\.jsonl.*CRC32"):
+            list(buffer)
+    else:  # samples come from the texts; the damaged frame shows when a step is read
+        assert len(list(buffer)) == 9
+        with pytest.raises(StorageError, match=r"rank000\.jsonl trajectory 1: .*CRC32"):
+            buffer.trajectories[1]
     with pytest.raises(StorageError, match=r"trajectory 1: its frame fails its CRC32 check"):
         storage.load_all()
     assert [buffer[i]["message"] for i in range(3)]  # undamaged trajectories still read
 
 
+@VERSIONS
 def test_damaged_step_inside_a_frame_with_a_matching_frame_checksum_is_caught(
-    tmp_path: Path,
+    tmp_path: Path, version: int
 ) -> None:
     """A frame rewritten whole (its frame CRC32 updated) still fails the step's CRC32."""
     import base64
@@ -101,7 +119,7 @@ def test_damaged_step_inside_a_frame_with_a_matching_frame_checksum_is_caught(
 
     import zstandard
 
-    storage, path = saved(tmp_path)
+    storage, path = saved(tmp_path, version)
     header_line, body = path.read_bytes().split(b"\n", 1)
     header = json.loads(header_line)
     _, lengths = frames(path)
@@ -122,8 +140,9 @@ def test_damaged_step_inside_a_frame_with_a_matching_frame_checksum_is_caught(
     assert buffer[0]["message"]  # step 0 of the same frame is intact
 
 
-def test_damaged_rank_file_is_not_merged(tmp_path: Path) -> None:
-    storage, path = saved(tmp_path, rank=0)
+@VERSIONS
+def test_damaged_rank_file_is_not_merged(tmp_path: Path, version: int) -> None:
+    storage, path = saved(tmp_path, version, rank=0)
     flip_in_frame(path, 0)
     with pytest.raises(StorageError, match="CRC32"):
         storage.merge_ranks(1)

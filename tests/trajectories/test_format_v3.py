@@ -1,10 +1,11 @@
-"""Trajectory file format 3 (issue 25, goal 3): the same results as format 2, smaller.
+"""Trajectory file formats 3 and 4 (issue 25, goal 3): the same results as format 2.
 
 Format 3 stores each trajectory as one zstandard frame whose prompts share their
-messages. Everything a reader gets must be exactly what format 2 (and the files
+messages; format 4 keeps those messages (and the responses) once per file, outside
+the frames. Everything a reader gets must be exactly what format 2 (and the files
 format 2 wrote, ``data/format_v2``, written by the version-2 writer before format 3
 existed) gives: steps, prompts, buffer samples and messages, trajectories, stats
-and the ShareGPT export, byte for byte.
+and the ShareGPT export, byte for byte. Format 4's own checks: test_format_v4.py.
 """
 
 from __future__ import annotations
@@ -80,8 +81,9 @@ def _copy_fixture(root: Path) -> None:
             Image.new("RGB", (4, 4), (s, 0, 0)).save(root / "shots" / f"{name}_{s}.png")
 
 
-def test_format_2_files_of_the_old_writer_upgrade_to_format_3_with_identical_results(
-    tmp_path: Path,
+@pytest.mark.parametrize("version", [3, 4])
+def test_format_2_files_of_the_old_writer_upgrade_with_identical_results(
+    tmp_path: Path, version: int
 ) -> None:
     root = tmp_path / "store"
     _copy_fixture(root)
@@ -90,25 +92,29 @@ def test_format_2_files_of_the_old_writer_upgrade_to_format_3_with_identical_res
     assert before["export"]["replaystore.json"]  # the export wrote records
     sizes = sum(p.stat().st_size for p in root.glob("*.jsonl"))
 
-    upgraded = TrajectoryStorage(root).upgrade()
-    assert len(upgraded) == 3 and {_version(p) for p in root.glob("*.jsonl")} == {VERSION} == {3}
-    assert sum(p.stat().st_size for p in root.glob("*.jsonl")) < sizes / 2
+    storage = TrajectoryStorage(root, format_version=version)
+    upgraded = storage.upgrade()
+    assert len(upgraded) == 3 and {_version(p) for p in root.glob("*.jsonl")} == {version}
+    # format 3 compresses everything; format 4 keeps the prompt texts as they are
+    size = sum(p.stat().st_size for p in root.glob("*.jsonl"))
+    assert size < sizes * (0.5 if version == 3 else 1)
     assert _everything(root, tmp_path / "export_after") == before
-    assert TrajectoryStorage(root).upgrade() == []  # nothing left to upgrade
+    assert storage.upgrade() == []  # nothing left to upgrade
 
-    TrajectoryStorage(root).merge_ranks(2)  # format 3 rank files merge by copying frames
+    # format 3 rank files merge by copying frames; format 4 ones into one table of texts
+    storage.merge_ranks(2)
     merged = _everything(root, tmp_path / "export_merged")
     assert merged["load_all"] == before["load_all"]
     assert merged["samples"] == before["samples"]
     assert merged["export"] == before["export"]
 
 
-def test_format_2_rank_files_merge_into_a_format_3_file(tmp_path: Path) -> None:
+def test_format_2_rank_files_merge_into_a_file_of_the_current_format(tmp_path: Path) -> None:
     root = tmp_path / "store"
     shutil.copytree(FIXTURE, root)
     expected = TrajectoryStorage(root).load_all()
     merged = TrajectoryStorage(root).merge_ranks(2)
-    assert _version(merged) == 3
+    assert _version(merged) == VERSION == 4
     assert TrajectoryStorage(root).load_all() == expected
     # and a storage asked to write format 2 writes it (readable by older releases)
     shutil.rmtree(root)
@@ -196,9 +202,9 @@ class _Builder:
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_format_3_reads_exactly_what_format_2_reads(tmp_path: Path, seed: int) -> None:
+def test_formats_3_and_4_read_exactly_what_format_2_reads(tmp_path: Path, seed: int) -> None:
     results = []
-    for version in (2, 3):
+    for version in (2, 3, 4):
         root = tmp_path / f"v{version}"
         trajectories = _random_trajectories(seed, root)
         storage = TrajectoryStorage(root, format_version=version)
@@ -206,6 +212,8 @@ def test_format_3_reads_exactly_what_format_2_reads(tmp_path: Path, seed: int) -
         storage.save_iteration(1, trajectories[2:], rank=1)
         storage.save_iteration(2, trajectories[::-1])
         buffer = ReplayBuffer.from_storage(root, agent=_Builder())
+        # iterating reads many samples at once (format 4): the same as one by one
+        assert _iterated(buffer) == _samples(buffer)
         prompts = [
             s["response"].raw_prompt.replace(str(root), "ROOT")
             for t in storage.load_all()
@@ -216,12 +224,27 @@ def test_format_3_reads_exactly_what_format_2_reads(tmp_path: Path, seed: int) -
         storage.merge_ranks(1)
         merged = ReplayBuffer.from_storage(root, agent=_Builder())
         assert _samples(merged, files=False) == unmerged
-    (prompts_2, samples_2, trajs_2), (prompts_3, samples_3, trajs_3) = results
-    assert prompts_3 == prompts_2
-    assert json.dumps(samples_3, default=str).replace("v3", "v2") == json.dumps(
-        samples_2, default=str
-    )
-    assert len(trajs_3) == len(trajs_2)
+    (prompts_2, samples_2, trajs_2), *later = results
+    for version, (prompts, samples, trajs) in zip((3, 4), later, strict=True):
+        assert prompts == prompts_2
+        assert json.dumps(samples, default=str).replace(f"v{version}", "v2") == json.dumps(
+            samples_2, default=str
+        )
+        assert len(trajs) == len(trajs_2)
+
+
+def _iterated(buffer: ReplayBuffer) -> list[Any]:
+    """``_samples`` through iteration (the batch path), errors as text where they occur."""
+    out: list[Any] = []
+    it = iter(buffer.samples)
+    while True:
+        try:
+            out.append(next(it))
+        except StopIteration:
+            return out
+        except TrajectoryError as exc:
+            out.append(f"TrajectoryError: {exc}")
+            it = iter(buffer.samples[len(out) :])
 
 
 # -- the layout --------------------------------------------------------------------------
@@ -259,7 +282,7 @@ def test_a_conversation_is_stored_once_not_again_at_every_step(tmp_path: Path) -
 
     root = tmp_path / "store"
     trajectory = _conversation_trajectory(root, 6)
-    path = TrajectoryStorage(root).save_iteration(1, [trajectory])
+    path = TrajectoryStorage(root, format_version=3).save_iteration(1, [trajectory])
     header_line, body = path.read_bytes().split(b"\n", 1)
     header = json.loads(header_line)
     assert header["version"] == 3 and header["num_steps"] == 6
@@ -272,7 +295,7 @@ def test_a_conversation_is_stored_once_not_again_at_every_step(tmp_path: Path) -
 
 def test_rollout_bytes_per_step_stay_flat_as_trajectories_grow(tmp_path: Path) -> None:
     per_step = {}
-    for version in (2, 3):
+    for version in (2, 3, 4):
         for n in (5, 10, 20):
             root = tmp_path / f"v{version}_{n}"
             trajectories = [_conversation_trajectory(root, n, t) for t in range(3)]
@@ -283,6 +306,12 @@ def test_rollout_bytes_per_step_stay_flat_as_trajectories_grow(tmp_path: Path) -
     # format 3 stores each message once: flat (even falling) per step, and far smaller
     assert per_step[3, 20] <= per_step[3, 5]
     assert per_step[3, 20] * 5 < per_step[2, 20]
+    # format 4: each added step costs the same (its new texts, a growing summary of the
+    # earlier steps as a prefix link), a third of format 2's step or less
+    marginal_10 = (10 * per_step[4, 10] - 5 * per_step[4, 5]) / 5
+    marginal_20 = (20 * per_step[4, 20] - 10 * per_step[4, 10]) / 10
+    assert marginal_20 <= 1.1 * marginal_10
+    assert per_step[4, 20] * 3 < per_step[2, 20]
 
 
 def test_messages_read_from_a_file_backed_buffer_are_fresh_objects(tmp_path: Path) -> None:
@@ -300,7 +329,7 @@ def test_messages_read_from_a_file_backed_buffer_are_fresh_objects(tmp_path: Pat
 def test_format_version_and_compression_level_are_checked(tmp_path: Path) -> None:
     from replaystore.errors import ArgumentError
 
-    for bad in (1, 4, True, "3"):
+    for bad in (1, 5, True, "3"):
         with pytest.raises(ArgumentError, match="format_version"):
             TrajectoryStorage(tmp_path, format_version=bad)  # type: ignore[arg-type]
     for bad in (0, 23, 2.0, None):
@@ -308,7 +337,7 @@ def test_format_version_and_compression_level_are_checked(tmp_path: Path) -> Non
             TrajectoryStorage(tmp_path, compression_level=bad)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("version", [2, 3, 4])
 def test_a_lone_surrogate_is_refused_naming_the_step(tmp_path: Path, version: int) -> None:
     task = Task("t", "", "", "w", 1, None, None)
     step = {

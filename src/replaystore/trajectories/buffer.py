@@ -87,6 +87,9 @@ __all__ = [
 
 logger = logging.getLogger("replaystore.trajectories.buffer")
 
+#: Samples a file-backed buffer reads together when iterated (see ``_iter_samples``).
+SAMPLE_CHUNK = 1024
+
 # Flag codes while indexing: 0 different, 1 same, 2 not precomputed.
 _FLAG_CODES: dict[Any, int] = {False: 0, True: 1, None: 2}
 _UNKNOWN = 2
@@ -351,8 +354,11 @@ class SampleList(Sequence[dict[str, Any]]):
 
     Returned by :meth:`ReplayBuffer.get_training_samples`: choosing 100,000
     samples costs milliseconds, and each sample's prompt is parsed (or built)
-    only when you index or iterate. ``positions`` gives the chosen collection
-    positions (oldest = 0). ``list(samples)`` materialises everything.
+    only when you index or iterate (iterating a buffer opened with
+    :meth:`ReplayBuffer.from_storage` reads :data:`SAMPLE_CHUNK` samples at a
+    time: format 4 files parse their texts in one call). ``positions`` gives the
+    chosen collection positions (oldest = 0). ``list(samples)`` materialises
+    everything.
     """
 
     __slots__ = ("_buffer", "_full", "positions")
@@ -385,10 +391,9 @@ class SampleList(Sequence[dict[str, Any]]):
         return self._buffer._sample(int(self.positions[i]), self._full)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        sample = self._buffer._sample
-        full = self._full
-        for pos in self.positions.tolist():
-            yield sample(pos, full)
+        # A file-backed buffer reads SAMPLE_CHUNK samples at a time (each chunk's texts
+        # parsed together); the samples are the same as one by one.
+        yield from self._buffer._iter_samples(self.positions, self._full)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, SampleList):
@@ -572,6 +577,7 @@ class ReplayBuffer(Dataset):
         self.seed = seed
         self._source = index.source
         self._sample_parts = getattr(index.source, "sample_parts", None)
+        self._sample_parts_many = getattr(index.source, "sample_parts_many", None)
         self._traj = index.traj
         self._step = index.step
         self._reward = index.reward
@@ -692,8 +698,38 @@ class ReplayBuffer(Dataset):
         return self._sample(int(self._view[i]))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for pos in self._view.tolist():
-            yield self._sample(pos)
+        yield from self._iter_samples(self._view, False)
+
+    def _iter_samples(self, positions: NDArray[np.int64], full: bool) -> Iterator[dict[str, Any]]:
+        """The samples at ``positions``, in order: read :data:`SAMPLE_CHUNK` at a time
+        where the step source reads many at once (a file-backed buffer of format 4
+        files), else one by one."""
+        if self._sample_parts_many is None:
+            for pos in positions.tolist():
+                yield self._sample(pos, full)
+            return
+        for first in range(0, int(positions.size), SAMPLE_CHUNK):
+            chunk = positions[first : first + SAMPLE_CHUNK].tolist()
+            parts = self._sample_parts_many(chunk)
+            if not (full or self.include_reward_in_sample):
+                for pos, part in zip(chunk, parts, strict=True):
+                    if part is None:
+                        yield self._sample(pos, full)
+                    else:
+                        yield {"message": part[0], "action": part[1]}
+                continue
+            rewards = self._reward[chunk].tolist()
+            same = self._same[chunk].tolist()
+            for k, (pos, part) in enumerate(zip(chunk, parts, strict=True)):
+                if part is None:
+                    yield self._sample(pos, full)
+                    continue
+                yield {
+                    "message": part[0],
+                    "action": part[1],
+                    "trajectory_reward": float(rewards[k]),
+                    "same_as_next_screenshot": bool(same[k]),
+                }
 
     def __repr__(self) -> str:
         s = self._stats

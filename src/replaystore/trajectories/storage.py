@@ -21,7 +21,23 @@ lengths, final rewards, dummy flags, same-as-next-screenshot flags and per-step
 CRC32s (fixed-width little-endian integers, base64). The index lets
 :meth:`ReplayBuffer.from_storage` open a million steps by reading headers only.
 
-* Version 3 (written by default): one frame per trajectory (``index.frame_lengths``,
+* Version 4 (written by default): version 3's frames, without the texts a sample
+  needs. Each distinct prompt message and each split prompt's ``raw_response``
+  (its JSON text) is stored once per *file*, after the frames: as it is, as one
+  zstandard frame where that halves it, or as a prefix link to a text of the
+  previous step that it extends (``text_codec``). These are the file's texts
+  (``index.text_lengths``, ``text_crc32c``: CRC-32C, which the
+  ``google-crc32c`` package computes in hardware, three times faster than zlib's
+  CRC32 on a 1.5 kB text, so a cold read's checks cost little). The header lists, per
+  step, the texts of its prompt (``prompt_counts``, ``prompt_refs``,
+  ``prompt_separators``, ``prompt_responses``, ``prompt_relative``; their CRC32
+  in ``prompt_index_crc32``), so a buffer reads a sample's messages and action
+  from the texts alone (one slice of a memory map per text, its CRC-32C checked on
+  first read), without decompressing a frame. The step's head line keeps the same
+  references (``"m"``, and ``"x"`` for the response) for whole-step reads. Compared
+  with version 3 the file is larger (most texts are stored as they are) and a cold
+  random read of samples is several times faster (``benchmarks/RESULTS.md``).
+* Version 3: one frame per trajectory (``index.frame_lengths``,
   ``frame_crc32``, ``frame_codec``: stored as it is, or one zstandard frame where
   that is smaller). A frame decodes to UTF-8 lines: the trajectory's distinct prompt
   messages, each the exact JSON text it had in its prompt (a conversation is stored
@@ -67,9 +83,11 @@ import base64
 import datetime as _dt
 import json
 import logging
+import mmap
 import operator
 import os
 import re
+import struct
 import threading
 import time
 import zlib
@@ -81,6 +99,7 @@ from typing import Any, overload
 
 import numpy as np
 import zstandard
+from google_crc32c import value as _crc32c
 from numpy.typing import NDArray
 
 from replaystore.atomic import atomic_open, fsync_dir
@@ -109,14 +128,32 @@ logger = logging.getLogger("replaystore.trajectories.storage")
 FORMAT = "replaystore.trajectories"
 #: Written format version: 2 added ``index.line_crc32`` (CRC32 of each step line); 3
 #: stores each trajectory as one (zstandard-compressed) frame whose prompts share
-#: their messages (see the module doc).
-VERSION = 3
-#: Versions read: 1 (no checksums), 2 and 3.
-READABLE_VERSIONS = (1, 2, 3)
+#: their messages; 4 keeps the prompts' messages and responses once per file,
+#: uncompressed, indexed per step in the header (see the module doc).
+VERSION = 4
+#: Versions read: 1 (no checksums), 2, 3 and 4.
+READABLE_VERSIONS = (1, 2, 3, 4)
 #: Versions :class:`TrajectoryStorage` can write (``format_version=``).
-WRITABLE_VERSIONS = (2, 3)
-#: Default zstandard level of version 3 frames.
+WRITABLE_VERSIONS = (2, 3, 4)
+# Version 4: prompt_separators value of a step whose prompt is not split (255).
+_NOT_SPLIT = 255
+#: Default zstandard level of version 3-4 frames (and version 4 texts).
 COMPRESSION_LEVEL = 2
+#: Version 4: a text is stored zstandard-compressed only where that makes it at most
+#: this fraction of its size. Reading a compressed text costs a decompression (about
+#: 2-3 µs for 1.5 kB), a sample's cold read most of all; repetitive texts (page trees,
+#: growing summaries of earlier steps) shrink well below it, prose-like ones do not.
+TEXT_COMPRESSION_RATIO = 0.5
+_TEXT_COMPRESS_MIN = 128
+# Version 4 prefix links: a text of at least _PREFIX_MIN bytes whose first
+# _PREFIX_SHARE of bytes (or more) are a previous step's text's is stored as a link
+# (_PREFIX_HEAD: that text's number and the shared length, then the rest); at most
+# _PREFIX_CHAIN links lead to a text stored whole (the cost of a cold read).
+_CODEC_PREFIX = 2
+_PREFIX_MIN = 256
+_PREFIX_SHARE = 0.5
+_PREFIX_CHAIN = 8
+_PREFIX_HEAD = struct.Struct("<II")
 #: Default age (seconds) after which our own temporary files count as abandoned.
 STALE_TEMP_AGE_S = 3600.0
 _FILE_RE = re.compile(r"^iteration_(\d{6,})(?:\.rank(\d{3,}))?\.jsonl$")
@@ -151,13 +188,14 @@ def _encode(array: NDArray[Any], dtype: str) -> str:
     return base64.b64encode(np.ascontiguousarray(array, dtype=dtype).tobytes()).decode("ascii")
 
 
-def _decode(text: str, dtype: str, count: int, where: str) -> NDArray[Any]:
+def _decode(text: str, dtype: str, count: int | None, where: str) -> NDArray[Any]:
+    """A base64 index array; ``count``: the number of entries it must have (None: any)."""
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
         array = np.frombuffer(raw, dtype=dtype)
     except (ValueError, TypeError) as exc:
         raise StorageError(f"{where}: corrupt index array ({exc})") from None
-    if array.size != count:
+    if count is not None and array.size != count:
         raise StorageError(f"{where}: index array has {array.size} entries, expected {count}")
     return array
 
@@ -198,6 +236,17 @@ class _Header:
     frame_crc: NDArray[np.int64] | None = None
     frame_codec: NDArray[np.uint8] | None = None
     message_counts: NDArray[np.int32] | None = None
+    #: Version 4: the file's texts (:class:`_TextIndex`), None before.
+    texts: _TextIndex | None = None
+    #: Version 4, per step: how many texts its prompt joins (0: not split), where they
+    #: start in ``prompt_refs``, its separator, its response's text (-1: none), and
+    #: whether its prompt's image URLs are relative to the storage root.
+    prompt_counts: NDArray[np.int32] | None = None
+    prompt_starts: NDArray[np.int64] | None = None
+    prompt_refs: NDArray[np.int32] | None = None
+    prompt_separators: NDArray[np.uint8] | None = None
+    prompt_responses: NDArray[np.int32] | None = None
+    prompt_relative: NDArray[np.bool_] | None = None
 
     @property
     def num_steps(self) -> int:
@@ -433,9 +482,11 @@ class TrajectoryStorage:
         header_meta.setdefault("timestamp", _dt.datetime.now(_dt.UTC).isoformat())
         keep = self.keep_page_metadata if keep_page_metadata is None else bool(keep_page_metadata)
         known: dict[str, list[str]] = {}  # prompt messages seen in this iteration
+        table = _TextTable() if self.format_version >= 4 else None
         self._root_strings(refresh=True)
         encoded = [
-            self._encode_trajectory(t, traj, keep, known) for t, traj in enumerate(trajectories)
+            self._encode_trajectory(t, traj, keep, known, table)
+            for t, traj in enumerate(trajectories)
         ]
         self._write(target, iteration, rank, header_meta, encoded)
         logger.info(
@@ -453,6 +504,7 @@ class TrajectoryStorage:
         trajectory: Sequence[Any],
         keep_page_metadata: bool,
         known: dict[str, list[str]],
+        table: _TextTable | None = None,
     ) -> _EncodedTrajectory:
         if isinstance(trajectory, (str, bytes, Mapping)) or not isinstance(trajectory, Sequence):
             raise TrajectoryError(
@@ -525,7 +577,7 @@ class TrajectoryStorage:
         record = not dummy and is_record_step(steps[-1])
         encoded = _EncodedTrajectory([], reward, dummy, same, has_prompt, record)
         if self.format_version >= 3:
-            self._fill_frame(encoded, t, steps, relative_urls, known)
+            self._fill_frame(encoded, t, steps, relative_urls, known, table)
         else:
             encoded.lines = _step_lines(t, steps, relative_urls)
         return encoded
@@ -547,10 +599,13 @@ class TrajectoryStorage:
         steps: Sequence[dict[str, Any]],
         relative_urls: Sequence[bool],
         known: dict[str, list[str]],
+        table: _TextTable | None = None,
     ) -> None:
-        """Version 3: the trajectory's frame (compressed by :meth:`_write`), its step
-        checksums and message count."""
-        frame, crcs, messages = _frame_of(t, steps, relative_urls, known)
+        """Version 3-4: the trajectory's frame (compressed by :meth:`_write`), its step
+        checksums and message count; version 4 (``table`` given): its texts go to
+        the file's ``table`` instead of its frame."""
+        frame, crcs, messages = _frame_of(t, steps, relative_urls, known, table)
+        encoded.table = table
         encoded.frame = frame
         encoded.codec = _CODEC_RAW
         encoded.compress = bool(frame)
@@ -594,7 +649,9 @@ class TrajectoryStorage:
         metadata: Mapping[str, Any],
         trajectories: Sequence[_EncodedTrajectory],
     ) -> None:
-        version = 3 if trajectories and trajectories[0].frame is not None else 2
+        version = 2
+        if trajectories and trajectories[0].frame is not None:
+            version = 3 if trajectories[0].table is None else 4
         self._compress_frames(trajectories)
         if not trajectories:
             version = self.format_version
@@ -625,6 +682,15 @@ class TrajectoryStorage:
                 "<u4",
             )
             body: list[bytes] = frames
+            table = trajectories[0].table if trajectories else None
+            if version >= 4:
+                table = table if table is not None else _TextTable()
+                table.compress(self.compression_level)
+                arrays = table.index()
+                for name, dtype in _PROMPT_ARRAYS:
+                    index[name] = _encode(arrays[name], dtype)
+                index["prompt_index_crc32"] = _prompt_index_crc(arrays)
+                body = frames + table.texts
         else:
             line_lengths = np.fromiter(
                 (len(line) for e in trajectories for line in e.lines),
@@ -717,6 +783,12 @@ class TrajectoryStorage:
                 line_crc = _decode(index["line_crc32"], "<u4", n_steps, where).astype(np.int64)
             else:
                 line_crc = np.full(n_steps, _NO_CRC, dtype=np.int64)
+            prompts = (
+                {name: _decode(index[name], dtype, None, where) for name, dtype in _PROMPT_ARRAYS}
+                if version >= 4
+                else None
+            )
+            prompt_crc = int(index["prompt_index_crc32"]) if version >= 4 else None
         except (KeyError, TypeError, ValueError) as exc:
             raise StorageError(f"{where}: malformed header ({exc!r})") from None
         if (
@@ -739,10 +811,28 @@ class TrajectoryStorage:
         # enforced it: every reader (stats, load_all, from_storage, export) refuses alike.
         for t in np.flatnonzero(~dummy).tolist():
             final_reward_value(rewards[t], f"trajectory {t} of {where}", int(lengths[t]) - 1)
+        texts = None
+        if prompts is not None:
+            assert frame_lengths is not None
+            texts = _check_prompt_index(
+                prompts, prompt_crc, n_steps, file.path, len(first) + int(frame_lengths.sum())
+            )
         if frame_lengths is not None:
-            _check_frames(file, len(first), frame_lengths, frame_crc)  # type: ignore[arg-type]
+            _check_frames(file, len(first), frame_lengths, frame_crc, texts)  # type: ignore[arg-type]
         else:
             self._check_body(file, len(first), lengths, line_lengths, line_crc)
+        header_v4: dict[str, Any] = {}
+        if prompts is not None:
+            counts = prompts["prompt_counts"].astype(np.int32)
+            header_v4 = {
+                "texts": texts,
+                "prompt_counts": counts,
+                "prompt_starts": np.cumsum(counts, dtype=np.int64) - counts,
+                "prompt_refs": prompts["prompt_refs"].astype(np.int32),
+                "prompt_separators": prompts["prompt_separators"].astype(np.uint8),
+                "prompt_responses": prompts["prompt_responses"].astype(np.int32),
+                "prompt_relative": prompts["prompt_relative"].astype(bool),
+            }
         return _Header(
             file=file,
             body_start=len(first),
@@ -760,6 +850,7 @@ class TrajectoryStorage:
             frame_crc=frame_crc,
             frame_codec=frame_codec,
             message_counts=message_counts,
+            **header_v4,
         )
 
     @staticmethod
@@ -833,7 +924,7 @@ class TrajectoryStorage:
             if "p" in head:
                 response = data["response"]
                 response["raw_prompt"] = _head_prompt(frame, head)
-                response["raw_response"] = head["r"]
+                response["raw_response"] = _head_response(frame, head)
             if head.get("u"):
                 data["response"]["raw_prompt"] = resolve_prompt(
                     data["response"]["raw_prompt"], root_url(self.root)
@@ -857,6 +948,7 @@ class TrajectoryStorage:
         assert header.frame_lengths is not None and header.frame_crc is not None
         assert header.frame_codec is not None and header.message_counts is not None
         path = header.file.path
+        texts = None if header.texts is None else _Texts.mapped(header.texts)
         with open(path, "rb") as handle:
             handle.seek(header.body_start)
             for t in range(int(header.lengths.size)):
@@ -870,7 +962,7 @@ class TrajectoryStorage:
                     where,
                 )
                 n_messages = int(header.message_counts[t])
-                yield t, _split_frame(data, n_messages, int(header.lengths[t]), where)
+                yield t, _split_frame(data, n_messages, int(header.lengths[t]), where, texts)
 
     def _edge_records(self, header: _Header) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
         """Per trajectory of a file: its first and last step records, ``{"step": the
@@ -933,7 +1025,10 @@ class TrajectoryStorage:
             int(header.frame_codec[t]),
             f"{where}",
         )
-        frame = _split_frame(data, int(header.message_counts[t]), int(header.lengths[t]), where)
+        texts = None if header.texts is None else _Texts.mapped(header.texts)
+        frame = _split_frame(
+            data, int(header.message_counts[t]), int(header.lengths[t]), where, texts
+        )
         start = int((np.cumsum(header.lengths) - header.lengths)[t])
         out = []
         for s in range(first, first + count):
@@ -1073,7 +1168,8 @@ class TrajectoryStorage:
         appears (atomically) before the rank files are removed, and readers
         prefer it. Idempotent: an already merged iteration returns its path.
         The merged file is written in this storage's ``format_version``: version 3
-        frames are copied as they are, older step lines are converted.
+        frames into version 3 are copied as they are, anything else is converted
+        (version 4 files share one table of texts, so their steps are re-encoded).
 
         Raises:
             StorageError: the iteration has no files, or a rank file fails a
@@ -1092,10 +1188,11 @@ class TrajectoryStorage:
             )
         encoded: list[_EncodedTrajectory] = []
         rank_meta: dict[str, Any] = {}
+        table = _TextTable() if self.format_version >= 4 else None  # one for the merged file
         for f in ranks:
             header = self._read_header(f)
             rank_meta[str(f.rank)] = header.metadata
-            encoded.extend(self._reencode(header, first_t=len(encoded)))
+            encoded.extend(self._reencode(header, first_t=len(encoded), table=table))
         metadata = {"merged_ranks": [f.rank for f in ranks], "rank_metadata": rank_meta}
         self._write(merged_path, int(iteration), None, metadata, encoded)
         for f in ranks:
@@ -1138,19 +1235,25 @@ class TrajectoryStorage:
             )
         return rewritten
 
-    def _reencode(self, header: _Header, first_t: int) -> list[_EncodedTrajectory]:
+    def _reencode(
+        self, header: _Header, first_t: int, table: _TextTable | None = None
+    ) -> list[_EncodedTrajectory]:
         """The trajectories of a file, verified, as ``format_version`` trajectories
-        numbered from ``first_t`` (frames and same-version lines are copied)."""
+        numbered from ``first_t`` (version 3 frames into version 3, and same-version
+        lines, are copied). Version 4: their texts go to ``table``, the table of the
+        file being written (one is made when None: a file of its own)."""
         path = header.file.path
         out: list[_EncodedTrajectory] = []
         known: dict[str, list[str]] = {}
+        if self.format_version >= 4 and table is None:
+            table = _TextTable()
         starts = np.cumsum(header.lengths) - header.lengths
         if header.version >= 3:
             for t, frame in self._frames_of(header):
                 start = int(starts[t])
                 n = int(header.lengths[t])
                 encoded = self._index_part(header, t, start, n)
-                if self.format_version >= 3:
+                if self.format_version == 3 and header.version == 3:
                     assert header.frame_lengths is not None and header.frame_codec is not None
                     offset = int(header.frame_offsets()[t])
                     with open(path, "rb") as handle:
@@ -1175,13 +1278,26 @@ class TrajectoryStorage:
                         head, step_raw = _checked_head(
                             frame, s, int(header.line_crc[start + s]), where
                         )
-                        data = json.loads(step_raw)
-                        if "p" in head:
-                            data["response"]["raw_prompt"] = _head_prompt(frame, head)
-                            data["response"]["raw_response"] = head["r"]
+                        try:
+                            data = json.loads(step_raw)
+                            if "p" in head:
+                                data["response"]["raw_prompt"] = _head_prompt(frame, head)
+                                data["response"]["raw_response"] = _head_response(frame, head)
+                        except (
+                            json.JSONDecodeError,
+                            UnicodeDecodeError,
+                            KeyError,
+                            IndexError,
+                            TypeError,
+                            ValueError,
+                        ) as exc:
+                            raise StorageError(f"{where}: malformed step ({exc})") from None
                         dicts.append(data)
                         relative.append(bool(head.get("u")))
-                    encoded.lines = _step_lines(first_t + t, dicts, relative)
+                    if self.format_version >= 3:
+                        self._fill_frame(encoded, first_t + t, dicts, relative, known, table)
+                    else:
+                        encoded.lines = _step_lines(first_t + t, dicts, relative)
                 out.append(encoded)
             return out
         with open(path, "rb") as handle:
@@ -1215,7 +1331,7 @@ class TrajectoryStorage:
                         raise StorageError(
                             f"{path} line {start + i + 2}: malformed step line ({exc})"
                         ) from None
-                self._fill_frame(encoded, first_t + t, dicts, relative, known)
+                self._fill_frame(encoded, first_t + t, dicts, relative, known, table)
             else:
                 encoded.lines = [
                     _renumber(raw, first_t + t, f"{path} line {start + i + 2}")
@@ -1344,6 +1460,7 @@ class TrajectoryStorage:
         traj_parts, step_parts, reward_parts, same_parts = [], [], [], []
         file_parts, offset_parts, traj_rewards, crc_parts = [], [], [], []
         prompt_parts: list[NDArray[np.bool_]] = []
+        keeps: list[NDArray[np.bool_]] = []
         frame_parts: list[tuple[Any, ...] | None] = []
         traj_file: list[NDArray[np.int32]] = []
         traj_local: list[NDArray[np.int32]] = []
@@ -1365,6 +1482,7 @@ class TrajectoryStorage:
             starts = np.cumsum(lengths) - lengths
             if h.record is not None:  # record steps are stored, never samples
                 step_keep[(starts + lengths - 1)[h.record & keep]] = False
+            keeps.append(step_keep)
             local_step = np.arange(h.num_steps, dtype=np.int64) - np.repeat(starts, lengths)
             if h.frame_lengths is not None:  # version 3: steps are found through their frame
                 offsets = np.full(h.num_steps, -1, dtype=np.int64)
@@ -1396,6 +1514,7 @@ class TrajectoryStorage:
             traj_file.append(np.full(n_traj, file_id, dtype=np.int32))
             traj_local.append(np.arange(n_traj, dtype=np.int32))
             first_traj += n_traj
+        prompts, texts = _prompts_of(headers, keeps)
         source = _FileSource(
             self,
             [h.file.path for h in headers],
@@ -1405,6 +1524,8 @@ class TrajectoryStorage:
             np.concatenate(traj_local),
             np.concatenate(crc_parts).astype(np.int64),
             _frame_table(headers, frame_parts),
+            texts,
+            prompts,
         )
         return StepIndex(
             traj=np.concatenate(traj_parts).astype(np.int64),
@@ -1437,10 +1558,170 @@ class _EncodedTrajectory:
     messages: int = 0
     #: ``frame`` is raw and still to be compressed (:meth:`TrajectoryStorage._write`).
     compress: bool = False
+    #: Version 4: the file's texts and step references (shared by its trajectories).
+    table: _TextTable | None = None
 
     @property
     def num_steps(self) -> int:
         return int(self.same.size)
+
+
+class _TextTable:
+    """Version 4, while a file is written: its texts (each distinct one once, UTF-8)
+    and, per step in file order, the texts its prompt joins.
+
+    A text that begins with most of a text of the previous step (a summary of the
+    earlier steps that grows by a line each step) is stored as that text's number,
+    the length of the shared start and the rest (:data:`_CODEC_PREFIX`), at most
+    :data:`_PREFIX_CHAIN` such links from a text stored whole: a conversation's
+    texts then cost what each step adds, not what it repeats.
+
+    Raises (:meth:`add`):
+        UnicodeEncodeError: a text holds a lone surrogate (no UTF-8 for it).
+    """
+
+    __slots__ = (
+        "codecs",
+        "counts",
+        "depths",
+        "ids",
+        "refs",
+        "relative",
+        "responses",
+        "separators",
+        "texts",
+    )
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+        self.texts: list[bytes] = []
+        #: Each text's codec (:data:`_CODEC_RAW` or :data:`_CODEC_PREFIX`; :meth:`compress`
+        #: makes some :data:`_CODEC_ZSTD`).
+        self.codecs: list[int] = []
+        #: Each text's number of prefix links to a text stored whole (0: itself).
+        self.depths: list[int] = []
+        self.counts: list[int] = []
+        self.refs: list[int] = []
+        self.separators: list[int] = []
+        self.responses: list[int] = []
+        self.relative: list[bool] = []
+
+    def add(self, text: str, earlier: Sequence[str] = ()) -> int:
+        """The number of ``text`` (added when new; ``earlier``: texts of the previous
+        step it may extend)."""
+        number = self.ids.get(text)
+        if number is not None:
+            return number
+        encoded = text.encode("utf-8")
+        codec, depth = _CODEC_RAW, 0
+        if len(encoded) >= _PREFIX_MIN:
+            best, shared = -1, 0
+            for other in earlier:
+                base = self.ids.get(other)
+                if base is None or self.depths[base] >= _PREFIX_CHAIN:
+                    continue
+                k = _common_prefix(text, other)
+                if k > shared:
+                    best, shared = base, k
+            if best >= 0:
+                cut = len(text[:shared].encode("utf-8"))
+                if cut >= _PREFIX_SHARE * len(encoded):
+                    encoded = _PREFIX_HEAD.pack(best, cut) + encoded[cut:]
+                    codec, depth = _CODEC_PREFIX, self.depths[best] + 1
+        number = self.ids[text] = len(self.texts)
+        self.texts.append(encoded)
+        self.codecs.append(codec)
+        self.depths.append(depth)
+        return number
+
+    def add_step(self, refs: Sequence[int], separator: int, response: int, relative: bool) -> None:
+        """The next step's prompt: its texts (none: not split), separator, response text."""
+        self.counts.append(len(refs))
+        self.refs.extend(refs)
+        self.separators.append(separator)
+        self.responses.append(response)
+        self.relative.append(bool(relative))
+
+    def compress(self, level: int) -> None:
+        """Store each text zstandard-compressed where that makes it at most
+        :data:`TEXT_COMPRESSION_RATIO` of its size (else as it is: a sample reads it
+        without a decompression). Texts under :data:`_TEXT_COMPRESS_MIN` bytes stay as
+        they are. Many texts are compressed by zstandard's own threads."""
+        codecs = self.codecs
+        todo = [
+            i
+            for i, t in enumerate(self.texts)
+            if len(t) >= _TEXT_COMPRESS_MIN and codecs[i] == _CODEC_RAW
+        ]
+        if not todo:
+            return
+        raw = [self.texts[i] for i in todo]
+        compressor = _zstd_compressor(level)
+        packed: list[bytes] | None = None
+        threads = min(_COMPRESS_THREADS, os.cpu_count() or 1)
+        if threads > 1 and len(raw) > 1 and sum(map(len, raw)) >= _PARALLEL_BYTES:
+            try:
+                batch = compressor.multi_compress_to_buffer(raw, threads=threads)
+                packed = [batch[i].tobytes() for i in range(len(raw))]
+            except (AttributeError, NotImplementedError):  # a backend without it
+                packed = None
+        if packed is None:
+            packed = [compressor.compress(text) for text in raw]
+        for i, text, small in zip(todo, raw, packed, strict=True):
+            if len(small) <= TEXT_COMPRESSION_RATIO * len(text):
+                self.texts[i] = small
+                self.codecs[i] = _CODEC_ZSTD
+
+    def index(self) -> dict[str, NDArray[Any]]:
+        """The header arrays (name -> array in its stored dtype), in
+        :data:`_PROMPT_ARRAYS` order."""
+        codecs = self.codecs
+        return {
+            "text_lengths": np.array([len(t) for t in self.texts], dtype="<i4"),
+            "text_crc32c": np.array([_crc32c(t) for t in self.texts], dtype="<u4"),
+            "text_codec": np.array(codecs, dtype="u1"),
+            "prompt_counts": np.array(self.counts, dtype="<i4"),
+            "prompt_refs": np.array(self.refs, dtype="<i4"),
+            "prompt_separators": np.array(self.separators, dtype="u1"),
+            "prompt_responses": np.array(self.responses, dtype="<i4"),
+            "prompt_relative": np.array(self.relative, dtype="u1"),
+        }
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the longest common start of ``a`` and ``b`` (a binary search of
+    ``startswith``: O(log n) C comparisons, not a Python loop over characters)."""
+    if a[:16] != b[:16]:
+        return 0
+    lo, hi = 16 if len(a) >= 16 and len(b) >= 16 else 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a.startswith(b[lo:mid], lo):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+#: Version 4 header arrays and their stored dtypes; ``prompt_index_crc32`` is the CRC32
+#: of their bytes, in this order.
+_PROMPT_ARRAYS = (
+    ("text_lengths", "<i4"),
+    ("text_crc32c", "<u4"),
+    ("text_codec", "u1"),
+    ("prompt_counts", "<i4"),
+    ("prompt_refs", "<i4"),
+    ("prompt_separators", "u1"),
+    ("prompt_responses", "<i4"),
+    ("prompt_relative", "u1"),
+)
+
+
+def _prompt_index_crc(arrays: Mapping[str, NDArray[Any]]) -> int:
+    crc = 0
+    for name, dtype in _PROMPT_ARRAYS:
+        crc = zlib.crc32(np.ascontiguousarray(arrays[name], dtype=dtype).tobytes(), crc)
+    return crc
 
 
 def _relative(image_path: Any, root: str, inside: str) -> Any:
@@ -1571,6 +1852,7 @@ def _frame_of(
     steps: Sequence[dict[str, Any]],
     relative_urls: Sequence[bool],
     known: dict[str, list[str]],
+    table: _TextTable | None = None,
 ) -> tuple[bytes, NDArray[np.uint32], int]:
     """Version 3: ``(frame, CRC32 of each step's two lines, shared message count)``.
 
@@ -1583,8 +1865,14 @@ def _frame_of(
     ``raw_prompt`` and ``raw_response`` then left empty (they live in the head).
     ``known``: see :func:`_split_prompt`. ``steps`` are the caller's own dicts: the
     responses of split prompts are emptied in place.
+
+    Version 4 (``table`` given): the messages and the response's JSON text go to the
+    file's ``table`` (its numbers in the head: ``"m"``, and ``"x"`` instead of
+    ``"r"``), each step's references are appended to it, and the frame holds only
+    the head and step lines (message count 0).
     """
     ids: dict[str, int] = {}
+    previous: Sequence[str] = ()  # version 4: the texts of the last split prompt
     message_lines: list[bytes] = []
     body: list[bytes] = []
     crcs: list[int] = []
@@ -1598,21 +1886,32 @@ def _frame_of(
         try:
             if split is not None:
                 separator, parts = split
-                numbers = []
-                for part in parts:
-                    number = ids.get(part)
-                    if number is None:
-                        number = ids[part] = len(ids)
-                        message_lines.append(part.encode("utf-8") + b"\n")
-                    numbers.append(str(number))
                 reply = response["raw_response"]  # type: ignore[index]
                 # what encode gives for a string, without JSONEncoder.encode's own checks
                 reply = _encode_text(reply) if type(reply) is str else encode(reply)
-                head = f'{{"s":{s}{url},"p":{separator},"m":[{",".join(numbers)}],"r":{reply}}}\n'
-                # the caller's dicts are its own copies: the two texts live in the head now
+                if table is not None:
+                    refs = [table.add(part, previous) for part in parts]
+                    previous = parts
+                    answer = table.add(reply)
+                    table.add_step(refs, separator, answer, relative_urls[s])
+                    numbers = ",".join(map(str, refs))
+                    head = f'{{"s":{s}{url},"p":{separator},"m":[{numbers}],"x":{answer}}}\n'
+                else:
+                    numbers_list = []
+                    for part in parts:
+                        number = ids.get(part)
+                        if number is None:
+                            number = ids[part] = len(ids)
+                            message_lines.append(part.encode("utf-8") + b"\n")
+                        numbers_list.append(str(number))
+                    numbers = ",".join(numbers_list)
+                    head = f'{{"s":{s}{url},"p":{separator},"m":[{numbers}],"r":{reply}}}\n'
+                # the caller's dicts are its own copies: the two texts live elsewhere now
                 response["raw_prompt"] = response["raw_response"] = ""  # type: ignore[index]
             else:
                 head = f'{{"s":{s}{url}}}\n'
+                if table is not None:
+                    table.add_step((), _NOT_SPLIT, -1, relative_urls[s])
             line = dumps(d) if dumps is not None else NotImplemented
             if line is NotImplemented:
                 line = encode(d)
@@ -1697,27 +1996,193 @@ class _Frames:
     steps: NDArray[np.int32]
 
 
+@dataclass(slots=True)
+class _TextIndex:
+    """Version 4: where a file's texts are: each one's byte offset in the file, length
+    and CRC32; they end at byte ``end`` (the file's size)."""
+
+    path: Path
+    offsets: NDArray[np.int64]
+    lengths: NDArray[np.int32]
+    crc: NDArray[np.uint32]
+    codec: NDArray[np.uint8]
+    end: int
+
+
+def _check_prompt_index(
+    arrays: Mapping[str, NDArray[Any]], crc: Any, n_steps: int, path: Path, texts_start: int
+) -> _TextIndex:
+    """A version 4 header's prompt arrays checked against each other and their CRC32.
+
+    Raises:
+        StorageError: they fail their CRC32, have the wrong sizes, or refer to texts
+            that do not exist.
+    """
+    where = str(path)
+    if not isinstance(crc, int) or _prompt_index_crc(arrays) != crc:
+        raise StorageError(
+            f"{where}: its header's prompt index fails its CRC32 check (the file was changed "
+            "or damaged after it was written)"
+        )
+    lengths = arrays["text_lengths"].astype(np.int64)
+    codecs = arrays["text_codec"]
+    counts = arrays["prompt_counts"].astype(np.int64)
+    refs = arrays["prompt_refs"]
+    separators = arrays["prompt_separators"]
+    responses = arrays["prompt_responses"]
+    n_texts = int(lengths.size)
+    split = counts > 0
+    ok = (
+        arrays["text_crc32c"].size == n_texts
+        and codecs.size == n_texts
+        and (n_texts == 0 or int(codecs.max()) <= _CODEC_PREFIX)
+        and all(arrays[k].size == n_steps for k in ("prompt_counts", "prompt_separators"))
+        and all(arrays[k].size == n_steps for k in ("prompt_responses", "prompt_relative"))
+        and (n_texts == 0 or int(lengths.min()) >= 0)
+        and (n_steps == 0 or int(counts.min()) >= 0)
+        and int(refs.size) == int(counts.sum())
+        and (refs.size == 0 or (int(refs.min()) >= 0 and int(refs.max()) < n_texts))
+        and bool(np.all(np.where(split, separators < len(_PROMPT_SEPARATORS), separators == 255)))
+        and bool(np.all(np.where(split, (responses >= 0) & (responses < n_texts), responses < 0)))
+    )
+    if not ok:
+        raise StorageError(f"{where}: its header's prompt index is inconsistent")
+    offsets = texts_start + np.cumsum(lengths) - lengths
+    return _TextIndex(
+        path,
+        offsets.astype(np.int64),
+        lengths.astype(np.int32),
+        arrays["text_crc32c"].astype(np.uint32),
+        codecs.astype(np.uint8),
+        texts_start + int(lengths.sum()),
+    )
+
+
+class _Texts:
+    """Version 4: a file's texts, read through ``data`` (a memory map of the whole
+    file: offsets are the file's), each checked against its CRC-32C when first read."""
+
+    __slots__ = ("data", "index", "verified")
+
+    def __init__(self, index: _TextIndex, data: Any) -> None:
+        self.index = index
+        self.data = data
+        self.verified = bytearray(int(index.lengths.size))
+
+    @classmethod
+    def mapped(cls, index: _TextIndex) -> _Texts:
+        """The texts read through a memory map of the file (pages read when touched).
+
+        Raises:
+            FileNotFoundError: the file is gone.
+            StorageError: its size is not what its header says (or it is empty).
+        """
+        with open(index.path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size != index.end or size == 0:
+                raise StorageError(
+                    f"{index.path} changed after the buffer was opened ({size} bytes, its "
+                    f"header says {index.end}); reopen the buffer"
+                )
+            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        return cls(index, data)
+
+    def raw(self, i: int) -> bytes:
+        """Text ``i``'s bytes (decompressed), checked.
+
+        Raises:
+            IndexError: no text ``i``.
+            StorageError: it fails its CRC32 check, or does not decompress.
+        """
+        if i < 0:
+            raise IndexError(f"text number {i} is negative")
+        index = self.index
+        start = int(index.offsets[i])
+        raw = self.data[start : start + int(index.lengths[i])]
+        if not self.verified[i]:
+            if _crc32c(raw) != int(index.crc[i]):
+                raise StorageError(
+                    f"{index.path}: text {i} fails its CRC-32C check (the file was changed or "
+                    "damaged after it was written)"
+                )
+            self.verified[i] = 1
+        codec = index.codec[i]
+        if codec == _CODEC_ZSTD:
+            return _text_decompress(raw, index.path, i)
+        if codec == _CODEC_PREFIX:
+            return _text_extend(raw, index.path, i, self.raw)
+        return raw
+
+    def text(self, i: int) -> str:
+        """Text ``i`` decoded (see :meth:`raw`; StorageError when it is not UTF-8)."""
+        try:
+            return self.raw(i).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StorageError(f"{self.index.path}: text {i} is not UTF-8 ({exc})") from None
+
+
+def _text_extend(raw: bytes, path: Path, i: int, read: Any) -> bytes:
+    """A version 4 prefix link (text ``i`` of ``path``, as stored) made whole:
+    ``read(base)[:shared] + rest``, ``read`` giving a text of the same file by number.
+
+    Raises:
+        StorageError: the link is malformed (its base is not an earlier text, or is
+            shorter than the shared length).
+    """
+    if len(raw) < _PREFIX_HEAD.size:
+        raise StorageError(f"{path}: text {i} is a malformed prefix link")
+    base, shared = _PREFIX_HEAD.unpack_from(raw)
+    if base >= i:
+        raise StorageError(f"{path}: text {i} links to text {base}, not an earlier one")
+    whole = read(base)
+    if len(whole) < shared:
+        raise StorageError(f"{path}: text {i} shares {shared} bytes of a shorter text")
+    return whole[:shared] + raw[_PREFIX_HEAD.size :]
+
+
+def _text_decompress(raw: bytes, path: Path, i: int) -> bytes:
+    """A compressed version 4 text, decompressed.
+
+    Raises:
+        StorageError: it does not decompress.
+    """
+    try:
+        return _zstd_decompress(raw)
+    except zstandard.ZstdError as exc:
+        raise StorageError(f"{path}: text {i} does not decompress ({exc})") from None
+
+
 def _check_frames(
     file: IterationFile,
     body_start: int,
     frame_lengths: NDArray[np.int64],
     frame_crc: NDArray[np.int64],
+    texts: _TextIndex | None = None,
 ) -> None:
-    """Version 3 at open: the file's size and its last frame's CRC32 against its header."""
+    """Version 3-4 at open: the file's size, its last frame's CRC32 and (version 4) its
+    last text's against its header."""
     where = str(file.path)
-    expected = body_start + int(frame_lengths.sum())
+    frames_end = body_start + int(frame_lengths.sum())
+    expected = frames_end if texts is None else texts.end
     with open(file.path, "rb") as handle:
         actual = os.fstat(handle.fileno()).st_size
         if actual != expected:
             state = "truncated" if actual < expected else "longer than its header says"
+            texts_said = "" if texts is None else f" and {texts.lengths.size} texts"
             raise StorageError(
                 f"{where} is {state}: its header announces {frame_lengths.size} trajectory "
-                f"frames in {expected} bytes, the file has {actual} bytes (damaged or cut "
-                "short; restore it from a copy or remove it)"
+                f"frames{texts_said} in {expected} bytes, the file has {actual} bytes "
+                "(damaged or cut short; restore it from a copy or remove it)"
             )
+        if texts is not None and texts.lengths.size:
+            handle.seek(int(texts.offsets[-1]))
+            if _crc32c(handle.read(int(texts.lengths[-1]))) != int(texts.crc[-1]):
+                raise StorageError(
+                    f"{where}: its last text ({texts.lengths.size - 1}) fails its CRC-32C check"
+                )
         if frame_lengths.size == 0:
             return
-        handle.seek(expected - int(frame_lengths[-1]))
+        handle.seek(frames_end - int(frame_lengths[-1]))
         last = handle.read(int(frame_lengths[-1]))
     if zlib.crc32(last) != int(frame_crc[-1]):
         raise StorageError(
@@ -1766,10 +2231,30 @@ class _Frame:
     step's head parsed once its checksum passes (:func:`_frame_head`).
     """
 
-    __slots__ = ("data", "ends", "heads", "n_messages", "samples", "size", "texts", "where")
+    __slots__ = (
+        "data",
+        "ends",
+        "file_texts",
+        "heads",
+        "n_messages",
+        "samples",
+        "size",
+        "texts",
+        "where",
+    )
 
-    def __init__(self, data: bytes, ends: list[int], n_messages: int, n_steps: int, where: str):
+    def __init__(
+        self,
+        data: bytes,
+        ends: list[int],
+        n_messages: int,
+        n_steps: int,
+        where: str,
+        file_texts: _Texts | None = None,
+    ):
         self.data = data
+        #: Version 4: the file's texts, which the heads' message numbers refer to.
+        self.file_texts = file_texts
         #: The position of each line's newline in ``data``.
         self.ends = ends
         self.n_messages = n_messages
@@ -1801,6 +2286,8 @@ class _Frame:
         """
         if i < 0:
             raise IndexError(f"message number {i} is negative")
+        if self.file_texts is not None:
+            return self.file_texts.text(i)
         text = self.texts[i]
         if text is None:
             try:
@@ -1820,7 +2307,9 @@ class _Frame:
         return [self.line(k) for k in range(self.n_messages, len(self.ends))]
 
 
-def _split_frame(data: bytes, n_messages: int, n_steps: int, where: str) -> _Frame:
+def _split_frame(
+    data: bytes, n_messages: int, n_steps: int, where: str, texts: _Texts | None = None
+) -> _Frame:
     """A frame's lines found (one scan for newlines), checked against its header's counts.
 
     Raises:
@@ -1838,7 +2327,7 @@ def _split_frame(data: bytes, n_messages: int, n_steps: int, where: str) -> _Fra
             f"{where}: its frame holds {len(ends)} lines, its header says "
             f"{n_messages} messages and {n_steps} steps"
         )
-    return _Frame(data, ends, n_messages, n_steps, where)
+    return _Frame(data, ends, n_messages, n_steps, where, texts)
 
 
 def _loads(text: str) -> Any:
@@ -1850,6 +2339,31 @@ def _loads(text: str) -> Any:
     except StopIteration:
         return json.loads(text)
     return value if end == len(text) else json.loads(text)
+
+
+_from_json: Any
+try:  # pydantic-core's JSON parser: the same values as json.loads, ~3x faster on messages
+    from pydantic_core import from_json as _from_json
+except ImportError:  # pragma: no cover - a dependency; json.loads does the same work
+    _from_json = None
+
+
+def _loads_text(data: bytes | str) -> Any:
+    """``json.loads(data)`` for one stored JSON text (UTF-8 bytes or str).
+
+    pydantic-core parses it where it can (it gives the values ``json.loads`` gives,
+    tested in tests/trajectories); anything it refuses (a lone surrogate escape,
+    trailing text, bad UTF-8) goes to ``json.loads``, whose value or error decides.
+
+    Raises:
+        ValueError: not one JSON value (``json.JSONDecodeError``, ``UnicodeDecodeError``).
+    """
+    if _from_json is not None:
+        try:
+            return _from_json(data)
+        except ValueError:
+            pass
+    return json.loads(data)
 
 
 class _Damaged(Exception):
@@ -1898,6 +2412,21 @@ def _head_prompt(frame: _Frame, head: Mapping[str, Any]) -> str:
     return _join_prompt(int(head["p"]), [frame.message(i) for i in head["m"]])
 
 
+def _head_response(frame: _Frame, head: Mapping[str, Any]) -> Any:
+    """The ``raw_response`` of a split prompt's step: in its head (version 3), or the
+    file's text its head names (version 4).
+
+    Raises:
+        KeyError, IndexError, ValueError: the head names no response or a bad one.
+        StorageError: the text fails its checks.
+    """
+    if "r" in head:
+        return head["r"]
+    if frame.file_texts is None:
+        raise KeyError("r")
+    return _loads(frame.file_texts.text(int(head["x"])))
+
+
 class _FileSource:
     """Reads one step (or a step's history) from its iteration file on access.
 
@@ -1911,10 +2440,16 @@ class _FileSource:
         "_cache",
         "_cached_bytes",
         "_copy",
+        "_file_texts",
+        "_first_text",
+        "_maps",
         "_message_chars",
         "_messages",
         "_mixed",
+        "_parsed",
+        "_parsed_chars",
         "_paths",
+        "_prompts",
         "_root_url",
         "crcs",
         "file_of_step",
@@ -1942,6 +2477,8 @@ class _FileSource:
         traj_local: NDArray[np.int32],
         crcs: NDArray[np.int64],
         frames: _Frames | None = None,
+        texts: Sequence[_TextIndex | None] = (),
+        prompts: _Prompts | None = None,
     ) -> None:
         self.storage = storage
         self.crcs = crcs  # CRC32 per indexed step; _NO_CRC for version 1 files
@@ -1961,6 +2498,36 @@ class _FileSource:
         # whether some steps are version 1-2 lines (their offsets are >= 0)
         self._mixed = bool(offsets.size) and bool(offsets.max() >= 0)
         self._root_url = root_url(storage.root)
+        # version 4: each file's text index, and its texts once read (memory-mapped)
+        self._file_texts: list[_TextIndex | _Texts | None] = list(texts) or [None] * len(files)
+        self._prompts = prompts
+        self._maps: list[Any] = [None] * len(files)
+        # version 4: the global number of each file's first text
+        first, self._first_text = 0, []
+        for t in self._file_texts:
+            self._first_text.append(first)
+            first += 0 if t is None else int(t.lengths.size)  # type: ignore[union-attr]
+        # version 4: parsed texts that several steps share, by 2 * text + relative URLs
+        self._parsed: dict[int, Any] = {}
+        self._parsed_chars = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # What a copy in another process needs: no decoded frames, parsed texts or
+        # memory maps (each process maps the files itself, on first use).
+        state = {name: getattr(self, name) for name in self.__slots__}
+        state["_cache"] = OrderedDict()
+        state["_cached_bytes"] = 0
+        state["_messages"] = ({}, {})
+        state["_message_chars"] = 0
+        state["_parsed"] = {}
+        state["_parsed_chars"] = 0
+        state["_maps"] = [None] * len(self.files)
+        state["_file_texts"] = [t.index if isinstance(t, _Texts) else t for t in self._file_texts]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
 
     def trajectory_sequence(self) -> _StoredTrajectories:
         """Every trajectory of the indexed files (dummies included), read on access."""
@@ -1997,12 +2564,30 @@ class _FileSource:
             )
         except FileNotFoundError:
             raise self._removed(path) from None
-        frame = _split_frame(data, int(frames.messages[traj]), int(frames.steps[traj]), where)
+        frame = _split_frame(
+            data,
+            int(frames.messages[traj]),
+            int(frames.steps[traj]),
+            where,
+            self._texts_of(file_id),
+        )
         self._cache[traj] = frame
         self._cached_bytes += frame.size
         while self._cached_bytes > self.FRAME_CACHE_BYTES and len(self._cache) > 1:
             self._cached_bytes -= self._cache.popitem(last=False)[1].size
         return frame
+
+    def _texts_of(self, file_id: int) -> _Texts | None:
+        """File ``file_id``'s texts (version 4; memory-mapped on first use), else None."""
+        texts = self._file_texts[file_id]
+        if texts is None or type(texts) is _Texts:
+            return texts
+        try:
+            mapped = _Texts.mapped(texts)  # type: ignore[arg-type]
+        except FileNotFoundError:
+            raise self._removed(self.files[file_id]) from None
+        self._file_texts[file_id] = mapped
+        return mapped
 
     def _read(self, pos: int, count: int, traj: int, step: int) -> list[dict[str, Any]]:
         # ``count`` steps ending at step number ``step``, the first at position ``pos``.
@@ -2049,6 +2634,11 @@ class _FileSource:
         Raises:
             StorageError: the frame or the step fails its checksum, or is malformed.
         """
+        prompts = self._prompts
+        if prompts is not None:
+            count = prompts.counts[pos]
+            if count >= 0:  # a version 4 step: from its file's texts alone
+                return self._text_parts(prompts, pos, count, traj, step) if count else None
         if self._mixed and self.offsets[pos] >= 0:
             return None
         frame = self._cache.get(traj)
@@ -2071,6 +2661,280 @@ class _FileSource:
                 return copies, response
         return json.loads(json.dumps(messages)), response
 
+    def sample_parts_many(self, positions: Sequence[int]) -> list[tuple[list[Any], Any] | None]:
+        """:meth:`sample_parts` of many positions at once: for version 4 steps whose
+        prompt is split and whose image URLs are as stored, the texts are found with
+        array operations; those stored whole are checked and parsed straight from the
+        memory maps by one call, the others read one by one. Anything else is None
+        (read it with :meth:`sample_parts`, which also names any damage: a batch that
+        meets a failed check or a text that is not one JSON value gives None for all
+        its positions).
+        """
+        n = len(positions)
+        prompts = self._prompts
+        if prompts is None or n == 0:
+            return [None] * n
+        arrays = prompts.arrays
+        pos = np.asarray(positions, dtype=np.int64)
+        counts = arrays["counts"][pos].astype(np.int64)
+        picked = np.flatnonzero((counts > 0) & (arrays["relative"][pos] == 0))
+        if picked.size == 0:
+            return [None] * n
+        counts = counts[picked]
+        width = counts + 1  # each sample's texts: its messages, then its response
+        block = np.cumsum(width) - width
+        total = int(width.sum())
+        slots = np.arange(total) - np.repeat(block, width)  # the slot within its sample
+        is_response = slots == np.repeat(counts, width)
+        ids = np.repeat(arrays["responses"][pos[picked]], width)
+        message_slots = np.flatnonzero(~is_response)
+        ids[message_slots] = arrays["refs"][
+            (np.repeat(arrays["starts"][pos[picked]], width) + slots)[message_slots]
+        ]
+        shared = arrays["shared"][ids].astype(bool)
+        whole = (arrays["text_codec"][ids] == _CODEC_RAW) & ~shared
+        values: list[Any] = [None] * total
+        try:
+            own = np.flatnonzero(whole)
+            own_ids = ids[own]
+            files = arrays["text_file"][own_ids]
+            offsets = arrays["text_offset"][own_ids]
+            ends = (offsets + arrays["text_length"][own_ids]).tolist()
+            maps = [self._map_of(f) for f in range(len(self._maps))] if own.size else []
+            if len(maps) == 1:
+                data = maps[0]
+                raws = [data[a:b] for a, b in zip(offsets.tolist(), ends, strict=True)]
+            else:
+                raws = [
+                    maps[f][a:b]
+                    for f, a, b in zip(files.tolist(), offsets.tolist(), ends, strict=True)
+                ]
+            verified = np.frombuffer(prompts.verified, dtype=np.uint8)
+            unchecked = np.flatnonzero(verified[own_ids] == 0)
+            if unchecked.size:
+                crc32c = _crc32c
+                crcs = arrays["text_crc"][own_ids[unchecked]].tolist()
+                for k, crc in zip(unchecked.tolist(), crcs, strict=True):
+                    if crc32c(raws[k]) != crc:
+                        return [None] * n  # sample_parts names the damaged step
+                verified[own_ids[unchecked]] = 1
+            if not raws:
+                raws = [b""]  # no text stored whole: parse "[]"
+                own = own[:0]
+            raws[0] = b"[" + raws[0]
+            raws[-1] += b"]"
+            joined = b",".join(raws)  # one JSON array, one allocation
+            parsed = _from_json(joined) if _from_json is not None else json.loads(joined)
+            if type(parsed) is not list or len(parsed) != own.size:
+                return [None] * n
+            # a message that is not a plain chat message: its sample reads its step
+            invalid: list[int] = []
+            for slot, value, response in zip(
+                own.tolist(), parsed, is_response[own].tolist(), strict=True
+            ):
+                values[slot] = value
+                if not response and (
+                    type(value) is not dict
+                    or type(value.get("role")) is not str
+                    or "content" not in value
+                ):
+                    invalid.append(slot)
+            # shared texts: each distinct one parsed once (cached), a copy per slot
+            shared_slots = np.flatnonzero(shared)
+            if shared_slots.size:
+                copy = self._copy
+                numbers = ids[shared_slots]
+                order = np.argsort(numbers, kind="stable")
+                distinct, first_at = np.unique(numbers[order], return_index=True)
+                bounds = [*first_at.tolist(), int(order.size)]
+                slot_list = shared_slots[order].tolist()
+                for k, number in enumerate(distinct.tolist()):
+                    template = self._shared_text(prompts, number, 0)
+                    group = slot_list[bounds[k] : bounds[k + 1]]
+                    if not _is_chat_message(template):
+                        invalid.extend(slot for slot in group if not is_response[slot])
+                    values[group[0]] = template
+                    if type(template) is dict or type(template) is list:
+                        for slot in group[1:]:
+                            value = copy(template) if copy is not None else NotImplemented
+                            if value is NotImplemented:
+                                value = json.loads(json.dumps(template))
+                            values[slot] = value
+                    else:
+                        for slot in group[1:]:
+                            values[slot] = template
+            for slot in np.flatnonzero(~whole & ~shared).tolist():
+                value = values[slot] = self._own_text(prompts, int(ids[slot]))
+                if not is_response[slot] and not _is_chat_message(value):
+                    invalid.append(slot)
+        except (ValueError, StorageError, IndexError):
+            return [None] * n
+        out: list[tuple[list[Any], Any] | None] = [None] * n
+        for k, first, count in zip(picked.tolist(), block.tolist(), counts.tolist(), strict=True):
+            end = first + count
+            out[k] = (values[first:end], values[end])
+        if invalid:  # those samples read their steps (sample_parts decides)
+            for j in set(np.searchsorted(block, invalid, side="right") - 1):
+                out[int(picked[j])] = None
+        return out
+
+    def _map_of(self, file_id: int) -> Any:
+        """File ``file_id``'s memory map (version 4), else None."""
+        if self._file_texts[file_id] is None:
+            return None
+        data = self._maps[file_id]
+        return data if data is not None else self._map(file_id)
+
+    def _text_parts(
+        self, prompts: _Prompts, pos: int, count: int, traj: int, step: int
+    ) -> tuple[list[Any], Any] | None:
+        """:meth:`sample_parts` of a version 4 step whose prompt joins ``count`` texts.
+
+        The texts only one step reads (each step's own message and response) are parsed
+        straight from the memory map, a new value each time (:meth:`_own_text`); shared
+        ones (a system prompt, earlier turns) are parsed once and copied
+        (:meth:`_shared_text`). This runs for every sample: few calls, no checks twice.
+        """
+        relative = prompts.relative[pos]
+        start = prompts.starts[pos]
+        shared = prompts.shared
+        messages = []
+        try:
+            for number in prompts.refs[start : start + count]:
+                if shared[number]:
+                    message = self._shared_text(prompts, number, relative)
+                elif relative:
+                    message = self._parse_text(prompts, number, relative)
+                else:
+                    message = self._own_text(prompts, number)
+                if (
+                    type(message) is not dict
+                    or type(message.get("role")) is not str
+                    or "content" not in message
+                ):
+                    return None  # not a plain chat message: read the step
+                messages.append(message)
+            number = prompts.responses[pos]
+            if shared[number]:
+                return messages, self._shared_text(prompts, number, 0)
+            return messages, self._own_text(prompts, number)
+        except ValueError:  # a text that is not one JSON value: read (parse) the whole step
+            return None
+        except (StorageError, IndexError) as exc:
+            raise StorageError(f"{self.describe(traj, step)}: {exc}") from None
+
+    def _own_text(self, prompts: _Prompts, number: int) -> Any:
+        """Text ``number`` parsed straight from its file's memory map (URLs as stored),
+        checked against its CRC32 on first read.
+
+        Raises:
+            ValueError: not one JSON value. StorageError: it fails its CRC32 check.
+        """
+        file_id = prompts.text_file[number]
+        data = self._maps[file_id]
+        if data is None:
+            data = self._map(file_id)
+        offset = prompts.text_offset[number]
+        raw = data[offset : offset + prompts.text_length[number]]
+        if not prompts.verified[number]:
+            if _crc32c(raw) != prompts.text_crc[number]:
+                raise StorageError(
+                    f"a stored prompt text of {self.files[file_id]} fails its CRC-32C check "
+                    "(the file was changed or damaged after it was written)"
+                )
+            prompts.verified[number] = 1
+        if prompts.text_codec[number]:
+            raw = self._whole(prompts, file_id, number, raw)
+        if _from_json is not None:
+            try:
+                return _from_json(raw)
+            except ValueError:
+                pass
+        return json.loads(raw)
+
+    def _map(self, file_id: int) -> Any:
+        """File ``file_id``'s memory map (made on first use; byte offsets as in the file)."""
+        texts = self._texts_of(file_id)
+        assert texts is not None
+        self._maps[file_id] = texts.data
+        return texts.data
+
+    def _raw_text(self, prompts: _Prompts, number: int) -> bytes:
+        """Text ``number`` (of all files; decompressed), checked against its CRC32 once.
+
+        Raises:
+            StorageError: it fails its check, or its file is gone.
+        """
+        file_id = prompts.text_file[number]
+        texts = self._file_texts[file_id]
+        if type(texts) is not _Texts:
+            texts = self._texts_of(file_id)
+        offset = prompts.text_offset[number]
+        raw = texts.data[offset : offset + prompts.text_length[number]]  # type: ignore[union-attr]
+        if not prompts.verified[number]:
+            if _crc32c(raw) != prompts.text_crc[number]:
+                raise StorageError(
+                    f"a stored prompt text of {self.files[file_id]} fails its CRC-32C check (the "
+                    "file was changed or damaged after it was written)"
+                )
+            prompts.verified[number] = 1
+        if prompts.text_codec[number]:
+            return self._whole(prompts, file_id, number, raw)
+        return raw
+
+    def _whole(self, prompts: _Prompts, file_id: int, number: int, raw: bytes) -> bytes:
+        """Text ``number`` (global) of file ``file_id`` made whole from its stored
+        ``raw`` bytes (checked): decompressed, or its prefix link followed."""
+        first = self._first_text[file_id]
+        if prompts.text_codec[number] == _CODEC_ZSTD:
+            return _text_decompress(raw, self.files[file_id], number - first)
+        return _text_extend(
+            raw,
+            self.files[file_id],
+            number - first,
+            lambda local: self._raw_text(prompts, first + local),
+        )
+
+    def _parse_text(self, prompts: _Prompts, number: int, relative: int) -> Any:
+        """Text ``number`` parsed (a new value on every call); ``relative``: resolve its
+        image URLs against the storage root first.
+
+        Raises:
+            ValueError: not one JSON value. StorageError: see :meth:`_raw_text`.
+        """
+        raw = self._raw_text(prompts, number)
+        if relative:
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise StorageError(f"a stored prompt text is not UTF-8 ({exc})") from None
+            return _loads_text(resolve_prompt(text, self._root_url))
+        return _loads_text(raw)
+
+    def _shared_text(self, prompts: _Prompts, number: int, relative: int) -> Any:
+        """A text several steps share: parsed once, a copy handed out.
+
+        Raises:
+            ValueError: not one JSON value. StorageError: see :meth:`_raw_text`.
+        """
+        key = 2 * number + (1 if relative else 0)
+        parsed = self._parsed.get(key, _MISSING)
+        if parsed is _MISSING:
+            parsed = self._parse_text(prompts, number, relative)
+            if self._parsed_chars > self.MESSAGE_CACHE_CHARS:
+                self._parsed.clear()
+                self._parsed_chars = 0
+            self._parsed[key] = parsed
+            self._parsed_chars += prompts.text_length[number]
+        if type(parsed) is not dict and type(parsed) is not list:
+            return parsed  # immutable
+        copy = self._copy
+        if copy is not None:
+            copied = copy(parsed)
+            if copied is not NotImplemented:
+                return copied
+        return json.loads(json.dumps(parsed))
+
     def _parse_sample(
         self, frame: _Frame, pos: int, traj: int, step: int
     ) -> tuple[list[Any], Any] | bool:
@@ -2080,8 +2944,8 @@ class _FileSource:
             if "p" not in head:
                 return False
             texts = [frame.message(i) for i in head["m"]]
-            response = head["r"]
-        except (_Damaged, IndexError, KeyError, TypeError) as exc:
+            response = _head_response(frame, head)
+        except (_Damaged, IndexError, KeyError, TypeError, ValueError) as exc:
             raise StorageError(f"{self.describe(traj, step)}: {exc}") from None
         relative = "u" in head
         try:
@@ -2089,7 +2953,7 @@ class _FileSource:
         except ValueError:  # a text that is not one JSON value: parse the whole prompt
             return False
         for m in messages:
-            if type(m) is not dict or type(m.get("role")) is not str or "content" not in m:
+            if not _is_chat_message(m):
                 return False
         return messages, response
 
@@ -2110,6 +2974,141 @@ class _FileSource:
             self._messages[relative][text] = parsed
             self._message_chars += len(text)
         return parsed
+
+
+_MISSING = object()
+
+
+def _is_chat_message(value: Any) -> bool:
+    """A plain chat message: a dict with a string ``role`` and a ``content``."""
+    return type(value) is dict and type(value.get("role")) is str and "content" in value
+
+
+class _Prompts:
+    """Version 4, for a file-backed buffer: per indexed step how many texts its prompt
+    joins (-1: not a version 4 step; 0: not split), where they start in ``refs``, its
+    response's text and whether its image URLs are relative; per text of all files:
+    its file, byte offset, length, CRC32, whether several steps read it, and whether
+    it was checked. Each is a memoryview of a compact array (an item read is a plain
+    int, several times cheaper than a NumPy scalar); pickled as the arrays."""
+
+    __slots__ = (
+        "arrays",
+        "counts",
+        "refs",
+        "relative",
+        "responses",
+        "shared",
+        "starts",
+        "text_codec",
+        "text_crc",
+        "text_file",
+        "text_length",
+        "text_offset",
+        "verified",
+    )
+
+    def __init__(self, arrays: dict[str, NDArray[Any]]) -> None:
+        self.arrays = arrays
+        self.counts = arrays["counts"].data
+        self.starts = arrays["starts"].data
+        self.responses = arrays["responses"].data
+        self.relative = arrays["relative"].data
+        self.refs = arrays["refs"].data
+        self.text_file = arrays["text_file"].data
+        self.text_offset = arrays["text_offset"].data
+        self.text_length = arrays["text_length"].data
+        self.text_crc = arrays["text_crc"].data
+        self.text_codec = arrays["text_codec"].data
+        self.shared = arrays["shared"].data
+        self.verified = bytearray(len(arrays["text_crc"]))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Prompts, (self.arrays,))
+
+
+def _prompts_of(
+    headers: Sequence[_Header], keeps: Sequence[NDArray[np.bool_]]
+) -> tuple[_Prompts | None, list[_TextIndex | None]]:
+    """The :class:`_Prompts` of the indexed steps (``keeps``: per file, which of its
+    steps are indexed), None when no file is version 4; and each file's text index."""
+    texts = [h.texts for h in headers]
+    if all(t is None for t in texts):
+        return None, texts
+    counts: list[NDArray[Any]] = []
+    starts: list[NDArray[Any]] = []
+    responses: list[NDArray[Any]] = []
+    relative: list[NDArray[Any]] = []
+    refs: list[NDArray[Any]] = []
+    text_file: list[NDArray[Any]] = []
+    text_offset: list[NDArray[Any]] = []
+    text_length: list[NDArray[Any]] = []
+    text_crc: list[NDArray[Any]] = []
+    text_codec: list[NDArray[Any]] = []
+    text_base = ref_base = 0
+    for file_id, (h, keep) in enumerate(zip(headers, keeps, strict=True)):
+        if h.texts is None or h.prompt_counts is None:
+            counts.append(np.full(int(keep.sum()), -1, dtype=np.int32))
+            for part in (starts, responses):
+                part.append(np.zeros(int(keep.sum()), dtype=np.int64))
+            relative.append(np.zeros(int(keep.sum()), dtype=np.uint8))
+            continue
+        assert h.prompt_starts is not None and h.prompt_refs is not None
+        assert h.prompt_responses is not None and h.prompt_relative is not None
+        counts.append(h.prompt_counts[keep])
+        starts.append(h.prompt_starts[keep] + ref_base)
+        response = h.prompt_responses.astype(np.int64)
+        responses.append(np.where(response >= 0, response + text_base, -1)[keep])
+        relative.append(h.prompt_relative[keep].astype(np.uint8))
+        refs.append(h.prompt_refs.astype(np.int64) + text_base)
+        n_texts = int(h.texts.lengths.size)
+        text_file.append(np.full(n_texts, file_id, dtype=np.int32))
+        text_offset.append(h.texts.offsets)
+        text_length.append(h.texts.lengths)
+        text_crc.append(h.texts.crc)
+        text_codec.append(h.texts.codec)
+        text_base += n_texts
+        ref_base += int(h.prompt_refs.size)
+    all_refs = np.concatenate(refs) if refs else np.zeros(0, np.int64)
+    # texts more than one step (or one step more than once) reads: parsed once, copied
+    uses = np.bincount(all_refs, minlength=text_base) if text_base else np.zeros(0, np.int64)
+    shared = (uses > 1).astype(np.uint8)
+
+    def joined(parts: list[NDArray[Any]], dtype: Any) -> NDArray[Any]:
+        out = np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
+        return np.ascontiguousarray(out)
+
+    prompts = _Prompts(
+        {
+            "counts": joined(counts, np.int32),
+            "starts": joined(starts, np.int64),
+            "responses": joined(responses, np.int64),
+            "relative": joined(relative, np.uint8),
+            "refs": joined([all_refs], np.int32),
+            "text_file": joined(text_file, np.int32),
+            "text_offset": joined(text_offset, np.int64),
+            "text_length": joined(text_length, np.int32),
+            "text_crc": joined(text_crc, np.uint32),
+            "text_codec": joined(text_codec, np.uint8),
+            "shared": shared,
+        }
+    )
+    # each file's text index as views of the joined arrays (one copy in memory)
+    arrays, first = prompts.arrays, 0
+    for file_id, index in enumerate(texts):
+        if index is None:
+            continue
+        end = first + int(index.lengths.size)
+        texts[file_id] = _TextIndex(
+            index.path,
+            arrays["text_offset"][first:end],
+            arrays["text_length"][first:end],
+            arrays["text_crc"][first:end],
+            arrays["text_codec"][first:end],
+            index.end,
+        )
+        first = end
+    return prompts, texts
 
 
 class _StoredTrajectories(Sequence[list[dict[str, Any]]]):

@@ -1,0 +1,272 @@
+"""Trajectory file format 4 (issue 25, goal 3): prompt texts once per file, read alone.
+
+Format 4 keeps every distinct prompt message and every split prompt's response once
+per file, after the frames, indexed per step in the header. A file-backed buffer
+reads a sample from those texts alone (test_format_v3.py checks that every reader
+gets what format 2 gives). Here: the checks that guard them (CRC-32C per text, the
+header's prompt index under its own CRC32, sizes at open), how texts are stored
+(as they are, compressed, or as a prefix link to a previous step's text), upgrades
+and merges between formats 3 and 4, the JSON parser the reads use, and copies of a
+buffer sent to other processes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import pickle
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from replaystore.errors import StorageError
+from replaystore.trajectories import storage as storage_module
+from replaystore.trajectories.buffer import ReplayBuffer
+from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
+from replaystore.trajectories.storage import TrajectoryStorage
+
+from .test_format_v3 import _conversation_trajectory, _everything
+
+
+def _header(path: Path) -> tuple[dict[str, Any], bytes]:
+    line, body = path.read_bytes().split(b"\n", 1)
+    return json.loads(line), body
+
+
+def _array(header: dict[str, Any], name: str, dtype: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(header["index"][name]), dtype=dtype)
+
+
+def _chat_trajectory(t: int, n: int, words: list[str], rng: random.Random) -> list[dict]:
+    """WebGym-like steps: a shared system prompt, then a new user message per step."""
+    task = Task(f"task {t}", "shop", "", "https://x.example", 1, None, None)
+    system = {"role": "system", "content": "You are a web agent. " * 20}
+    steps = []
+    for s in range(n):
+        text = " ".join(rng.choice(words) for _ in range(200))
+        user = {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": f"step {s}: {text}"},
+                {"type": "image_url", "image_url": {"url": f"file:///shots/{t}_{s}.png"}},
+            ],
+        }
+        last = s == n - 1
+        steps.append(
+            {
+                "observation": Observation(task, f"/shots/{t}_{s}.png", None, {"url": "u"}),
+                "action": Action({"key": "click"}, f"click [{s}]"),
+                "response": Response(f"<think>{s}</think> click [{s}]", None,
+                                     json.dumps([system, user], ensure_ascii=False)),
+                "reward": Reward(1.0 if last else 0.0, None, submit=last),
+                "same_as_next_screenshot": False,
+            }
+        )  # fmt: skip
+    return steps
+
+
+@pytest.fixture
+def chat_store(tmp_path: Path) -> tuple[Path, list[list[dict]]]:
+    rng = random.Random(5)
+    letters = "abcdefghij"
+    words = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(400)]
+    trajectories = [_chat_trajectory(t, 6, words, rng) for t in range(8)]
+    root = tmp_path / "store"
+    TrajectoryStorage(root).save_iteration(1, trajectories)
+    return root, trajectories
+
+
+def _expected_messages(trajectories: list[list[dict]]) -> list[Any]:
+    return [json.loads(step["response"].raw_prompt) for t in trajectories for step in t]
+
+
+def test_samples_come_from_the_texts_alone(chat_store, monkeypatch) -> None:
+    root, trajectories = chat_store
+    (path,) = root.glob("*.jsonl")
+    header, _ = _header(path)
+    assert header["version"] == 4
+    # the system prompt is stored once for the whole file, each step's message once
+    counts = _array(header, "prompt_counts", "<i4")
+    refs = _array(header, "prompt_refs", "<i4")
+    assert counts.tolist() == [2] * 48 and len(set(refs[::2].tolist())) == 1
+    # a sample never decodes a frame
+    monkeypatch.setattr(storage_module, "_read_frame", _no_frames)
+    buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
+    expected = _expected_messages(trajectories)
+    assert [s["message"] for s in buffer] == expected  # iterating: many at once
+    assert [buffer[i]["message"] for i in range(len(buffer))] == expected  # one by one
+    assert buffer[3]["action"] == trajectories[0][3]["response"].raw_response
+
+
+def _no_frames(*args: Any) -> bytes:
+    raise AssertionError("a sample decoded a frame")
+
+
+def test_every_sample_is_a_new_object(chat_store) -> None:
+    root, trajectories = chat_store
+    buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
+    first = list(buffer)
+    first[0]["message"][0]["content"] = "changed"
+    first[1]["message"][1]["content"][0]["text"] = "changed too"
+    again = list(buffer)
+    assert [s["message"] for s in again] == _expected_messages(trajectories)
+    assert again[0]["message"][0] is not again[1]["message"][0]
+
+
+def _flip_in_texts(path: Path, needle: bytes) -> None:
+    data = bytearray(path.read_bytes())
+    at = data.index(needle, data.index(b"\n"))
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_a_changed_byte_in_a_text_is_refused_naming_the_step(chat_store) -> None:
+    root, trajectories = chat_store
+    (path,) = root.glob("*.jsonl")
+    text = trajectories[2][4]["response"].raw_prompt
+    needle = json.loads(text)[1]["content"][0]["text"][:40].encode()
+    _flip_in_texts(path, needle)
+    buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
+    with pytest.raises(StorageError, match=r"trajectory 2 step 4 .*CRC-32C"):
+        buffer[2 * 6 + 4]
+    samples = iter(ReplayBuffer.from_storage(root, filter_successful_only=False))
+    got = []
+    with pytest.raises(StorageError, match=r"trajectory 2 step 4 .*CRC-32C"):
+        for sample in samples:  # the batch read gives way to the step that names it
+            got.append(sample)
+    assert len(got) == 2 * 6 + 4
+    with pytest.raises(StorageError, match="CRC-32C"):
+        TrajectoryStorage(root).load_all()
+
+
+def test_a_changed_prompt_index_is_refused_at_open(chat_store) -> None:
+    root, _ = chat_store
+    (path,) = root.glob("*.jsonl")
+    header, body = _header(path)
+    refs = _array(header, "prompt_refs", "<i4").copy()
+    refs[5] = refs[3]
+    header["index"]["prompt_refs"] = base64.b64encode(refs.tobytes()).decode()
+    path.write_bytes(json.dumps(header).encode() + b"\n" + body)
+    with pytest.raises(StorageError, match="prompt index fails its CRC32"):
+        ReplayBuffer.from_storage(root)
+
+
+def test_a_cut_file_is_refused_at_open(chat_store) -> None:
+    root, _ = chat_store
+    (path,) = root.glob("*.jsonl")
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(StorageError, match="truncated"):
+        ReplayBuffer.from_storage(root)
+
+
+def test_growing_summaries_are_prefix_links_and_repetitive_texts_compressed(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "store"
+    trajectory = _conversation_trajectory(root, 20)
+    path = TrajectoryStorage(root).save_iteration(1, [trajectory])
+    header, _ = _header(path)
+    codecs = _array(header, "text_codec", "u1")
+    assert {0, 1, 2} <= set(codecs.tolist())  # as they are, zstandard, prefix links
+    loaded = TrajectoryStorage(root).load_all()[0]
+    assert [s["response"] for s in loaded] == [s["response"] for s in trajectory]
+    buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
+    expected = [json.loads(s["response"].raw_prompt) for s in trajectory]
+    assert [s["message"] for s in buffer] == expected
+    assert [buffer[i]["message"] for i in range(20)] == expected
+
+
+def test_a_prefix_chain_is_bounded() -> None:
+    table = storage_module._TextTable()
+    text = "x" * 300
+    numbers = []
+    for k in range(30):
+        longer = text + "".join(f" line {i}" for i in range(k + 1))
+        numbers.append(table.add(longer, [text] if k else ()))
+        text = longer
+    depths = [table.depths[n] for n in numbers]
+    assert max(depths) == storage_module._PREFIX_CHAIN
+    assert depths[storage_module._PREFIX_CHAIN + 1] == 0  # a whole text starts a new chain
+
+
+def test_format_3_files_upgrade_to_format_4_and_format_4_ranks_merge(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    old = TrajectoryStorage(root, format_version=3)
+    for rank in range(2):
+        trajectories = [_conversation_trajectory(root, 5, 2 * rank + t) for t in range(2)]
+        old.save_iteration(1, trajectories, rank=rank)
+    old.save_iteration(2, [_conversation_trajectory(root, 3, 9)])
+    before = _everything(root, tmp_path / "export_before")
+    assert len(TrajectoryStorage(root).upgrade()) == 3
+    assert {_header(p)[0]["version"] for p in root.glob("*.jsonl")} == {4}
+    assert _everything(root, tmp_path / "export_after") == before
+    merged = TrajectoryStorage(root).merge_ranks(1)
+    assert _header(merged)[0]["version"] == 4
+    after = _everything(root, tmp_path / "export_merged")
+    assert after["load_all"] == before["load_all"] and after["export"] == before["export"]
+    # and a storage asked for format 3 merges format 4 rank files into format 3
+    for rank in range(2):
+        TrajectoryStorage(root).save_iteration(3, [_conversation_trajectory(root, 4, rank)],
+                                               rank=rank)  # fmt: skip
+    expected = TrajectoryStorage(root).load_all()
+    assert _header(TrajectoryStorage(root, format_version=3).merge_ranks(3))[0]["version"] == 3
+    assert TrajectoryStorage(root).load_all() == expected
+
+
+def test_a_buffer_pickles_after_reading_and_its_copy_reads_alike(chat_store) -> None:
+    root, trajectories = chat_store
+    buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
+    first = [s["message"] for s in buffer]  # memory maps and parsed texts held now
+    copy = pickle.loads(pickle.dumps(buffer))  # what a spawned DataLoader worker gets
+    assert [s["message"] for s in copy] == first == _expected_messages(trajectories)
+
+
+_JSON_TEXTS = [
+    '{"a": 1e400, "b": -0.0, "c": 123456789012345678901234567890, "d": 0.1}',
+    '{"a": NaN, "b": Infinity, "c": -Infinity}',
+    '{"a": "\\ud83d\\ude00 \\u00e9 \\\\ \\" \\n \\t \\u0000"}',
+    '{"lone": "\\ud800"}',  # pydantic-core refuses it: json.loads decides
+    '{"a": 1, "a": 2}',
+    '  [1, 2.5, "x", null, true, false, {}]  ',
+    '"just a string"',
+]
+
+
+@pytest.mark.parametrize("text", _JSON_TEXTS)
+def test_the_text_parser_gives_what_json_loads_gives(text: str) -> None:
+    for data in (text, text.encode("utf-8")):
+        got, expected = storage_module._loads_text(data), json.loads(data)
+        assert repr(got) == repr(expected) and type(got) is type(expected)
+
+
+def test_the_text_parser_on_random_values() -> None:
+    rng = random.Random(3)
+
+    def value(depth: int) -> Any:
+        kind = rng.randrange(7 if depth < 3 else 4)
+        if kind == 0:
+            return rng.choice([0, -1, 2**70, rng.randint(-(10**9), 10**9)])
+        if kind == 1:
+            return rng.choice([rng.random(), rng.uniform(-1e300, 1e300), 5e-324, 1.5])
+        if kind == 2:  # printable ASCII and any code point but the surrogates
+            ranges = [(32, 126), (160, 0xD7FF), (0xE000, 0x10FFFF)]
+            count = rng.randint(0, 20)
+            return "".join(chr(rng.randint(*rng.choice(ranges))) for _ in range(count))
+        if kind == 3:
+            return rng.choice([None, True, False])
+        if kind == 4:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {f"k{i}": value(depth + 1) for i in range(rng.randint(0, 4))}
+
+    for _ in range(300):
+        v = value(0)
+        for ascii_only in (True, False):
+            text = json.dumps(v, ensure_ascii=ascii_only)
+            got = storage_module._loads_text(text.encode("utf-8"))
+            expected = json.loads(text)
+            assert got == expected or (isinstance(got, float) and math.isnan(got))
+            assert json.dumps(got) == json.dumps(expected)
