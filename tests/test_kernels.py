@@ -132,7 +132,7 @@ def test_kernel_report_names_the_active_implementation(monkeypatch):
     monkeypatch.setenv("REPLAYSTORE_SUMTREE", "numpy")
     monkeypatch.setenv("REPLAYSTORE_RINGCOPY", "fortran")
     report = {entry["name"]: entry for entry in _kernels.kernel_report()}
-    assert set(report) == {"sumtree", "ringcopy", "recency", "jsoncopy", "nstep"}
+    assert set(report) == {"sumtree", "ringcopy", "recency", "jsoncopy", "nstep", "texts"}
     assert report["sumtree"]["active"] == "numpy"
     assert report["sumtree"]["note"] == "chosen by REPLAYSTORE_SUMTREE=numpy"
     assert report["ringcopy"]["active"] == "error"

@@ -78,6 +78,14 @@ KERNELS: tuple[Kernel, ...] = (
         fallback_cost="about 2-3x slower experience store/store_batch (Python's json instead)",
     ),
     Kernel(
+        name="texts",
+        module="replaystore._texts",
+        env="REPLAYSTORE_TEXTS",
+        used_by="reading samples from format 4 trajectory files (CRC-32C checks, one JSON "
+        "array per batch) and writing their checksums",
+        fallback_cost="about 1.3x slower cold reads of file-backed trajectory samples",
+    ),
+    Kernel(
         name="nstep",
         module="replaystore._nstep",
         env="REPLAYSTORE_NSTEP",

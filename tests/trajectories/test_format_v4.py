@@ -270,3 +270,59 @@ def test_the_text_parser_on_random_values() -> None:
             expected = json.loads(text)
             assert got == expected or (isinstance(got, float) and math.isnan(got))
             assert json.dumps(got) == json.dumps(expected)
+
+
+_texts = pytest.importorskip("replaystore._texts", reason="replaystore._texts is not built")
+
+
+def test_the_texts_kernel_computes_crc32c_as_google_crc32c_does() -> None:
+    import google_crc32c
+
+    rng = np.random.default_rng(9)
+    for n in (0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 1500, 4097):
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        assert _texts.crc32c(data) == google_crc32c.value(data), n
+        assert _texts.crc32c(memoryview(data)) == google_crc32c.value(data)
+
+
+def test_the_texts_kernel_gathers_checks_and_refuses() -> None:
+    import google_crc32c
+
+    data = b"??" + b'{"a": 1}' + b'"s"' + b"[1, 2]"
+    offsets = np.array([2, 10, 13], np.int64)
+    lengths = np.array([8, 3, 6], np.int32)
+    crcs = np.array(
+        [google_crc32c.value(data[o : o + n]) for o, n in zip(offsets, lengths, strict=True)],
+        np.uint32,
+    )
+    joined, bad = _texts.gather(data, offsets, lengths, crcs, np.ones(3, bool))
+    assert (joined, bad) == (b'[{"a": 1},"s",[1, 2]]', -1)
+    crcs[1] ^= 1
+    assert _texts.gather(data, offsets, lengths, crcs, np.ones(3, bool)) == (b"", 1)
+    unchecked = np.array([True, False, True])  # text 1 was checked before: not again
+    assert _texts.gather(data, offsets, lengths, crcs, unchecked)[1] == -1
+    with pytest.raises(ValueError, match=r"text 2 .* is outside the data"):
+        _texts.gather(data, offsets, lengths + 1, crcs, np.zeros(3, bool))
+    with pytest.raises(TypeError, match="lengths must be"):
+        _texts.gather(data, offsets, lengths.astype(np.int64), crcs, np.zeros(3, bool))
+
+
+def test_reads_with_and_without_the_texts_kernel_agree(chat_store, monkeypatch) -> None:
+    root, trajectories = chat_store
+    (path,) = root.glob("*.jsonl")
+    _flip_in_texts(
+        path,
+        json.loads(trajectories[5][2]["response"].raw_prompt)[1]["content"][0]["text"][
+            :30
+        ].encode(),
+    )
+    results = []
+    for kernel in (_texts, None):
+        monkeypatch.setattr(storage_module, "_TEXTS_KERNEL", [kernel])
+        buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
+        got: list[Any] = []
+        with pytest.raises(StorageError, match=r"trajectory 5 step 2 .*CRC-32C"):
+            for sample in buffer:
+                got.append(sample)
+        results.append(got)
+    assert results[0] == results[1] and len(results[0]) == 5 * 6 + 2

@@ -26,9 +26,10 @@ CRC32s (fixed-width little-endian integers, base64). The index lets
   (its JSON text) is stored once per *file*, after the frames: as it is, as one
   zstandard frame where that halves it, or as a prefix link to a text of the
   previous step that it extends (``text_codec``). These are the file's texts
-  (``index.text_lengths``, ``text_crc32c``: CRC-32C, which the
-  ``google-crc32c`` package computes in hardware, three times faster than zlib's
-  CRC32 on a 1.5 kB text, so a cold read's checks cost little). The header lists, per
+  (``index.text_lengths``, ``text_crc32c``: CRC-32C, which the compiled
+  ``replaystore._texts`` computes with the CPU's crc32 instruction, or the
+  ``google-crc32c`` package, several times faster than zlib's CRC32, so a cold
+  read's checks cost little). The header lists, per
   step, the texts of its prompt (``prompt_counts``, ``prompt_refs``,
   ``prompt_separators``, ``prompt_responses``, ``prompt_relative``; their CRC32
   in ``prompt_index_crc32``), so a buffer reads a sample's messages and action
@@ -99,7 +100,7 @@ from typing import Any, overload
 
 import numpy as np
 import zstandard
-from google_crc32c import value as _crc32c
+from google_crc32c import value as _google_crc32c
 from numpy.typing import NDArray
 
 from replaystore.atomic import atomic_open, fsync_dir
@@ -2341,6 +2342,33 @@ def _loads(text: str) -> Any:
     return value if end == len(text) else json.loads(text)
 
 
+# [module] of the compiled replaystore._texts, or [None]; resolved on first use
+_TEXTS_KERNEL: list[Any] = []
+
+
+def _texts_kernel() -> Any:
+    """``replaystore._texts`` (CRC-32C and batch gathers of format 4 texts), or None
+    (not compiled, or ``REPLAYSTORE_TEXTS=numpy``: google-crc32c and Python slices)."""
+    if not _TEXTS_KERNEL:
+        from replaystore._kernels import resolve_kernel
+
+        try:
+            from replaystore import _texts as module
+        except ImportError:
+            module = None
+        kernel = resolve_kernel(module, None, env="REPLAYSTORE_TEXTS", argument="REPLAYSTORE_TEXTS")
+        _TEXTS_KERNEL[:] = [kernel]
+    return _TEXTS_KERNEL[0]
+
+
+def _crc32c(data: bytes | memoryview) -> int:
+    """The CRC-32C of ``data`` (the compiled kernel's, else google-crc32c's: the same)."""
+    kernel = _texts_kernel()
+    if kernel is not None:
+        return int(kernel.crc32c(data))
+    return int(_google_crc32c(data))
+
+
 _from_json: Any
 try:  # pydantic-core's JSON parser: the same values as json.loads, ~3x faster on messages
     from pydantic_core import from_json as _from_json
@@ -2697,36 +2725,29 @@ class _FileSource:
         try:
             own = np.flatnonzero(whole)
             own_ids = ids[own]
+            parsed: list[Any] = [None] * int(own.size)
             files = arrays["text_file"][own_ids]
-            offsets = arrays["text_offset"][own_ids]
-            ends = (offsets + arrays["text_length"][own_ids]).tolist()
-            maps = [self._map_of(f) for f in range(len(self._maps))] if own.size else []
-            if len(maps) == 1:
-                data = maps[0]
-                raws = [data[a:b] for a, b in zip(offsets.tolist(), ends, strict=True)]
-            else:
-                raws = [
-                    maps[f][a:b]
-                    for f, a, b in zip(files.tolist(), offsets.tolist(), ends, strict=True)
-                ]
-            verified = np.frombuffer(prompts.verified, dtype=np.uint8)
-            unchecked = np.flatnonzero(verified[own_ids] == 0)
-            if unchecked.size:
-                crc32c = _crc32c
-                crcs = arrays["text_crc"][own_ids[unchecked]].tolist()
-                for k, crc in zip(unchecked.tolist(), crcs, strict=True):
-                    if crc32c(raws[k]) != crc:
-                        return [None] * n  # sample_parts names the damaged step
-                verified[own_ids[unchecked]] = 1
-            if not raws:
-                raws = [b""]  # no text stored whole: parse "[]"
-                own = own[:0]
-            raws[0] = b"[" + raws[0]
-            raws[-1] += b"]"
-            joined = b",".join(raws)  # one JSON array, one allocation
-            parsed = _from_json(joined) if _from_json is not None else json.loads(joined)
-            if type(parsed) is not list or len(parsed) != own.size:
-                return [None] * n
+            by_file = (
+                [own_ids] if _all_equal(files) else [own_ids[files == f] for f in np.unique(files)]
+            )
+            for numbers in by_file:
+                joined = self._joined_texts(prompts, numbers)
+                if joined is None:
+                    return [None] * n  # sample_parts names the damaged step
+                values_of_file = (
+                    _from_json(joined) if _from_json is not None else json.loads(joined)
+                )
+                if type(values_of_file) is not list or len(values_of_file) != numbers.size:
+                    return [None] * n
+                if len(by_file) == 1:
+                    parsed = values_of_file
+                else:
+                    for k, value in zip(
+                        np.flatnonzero(files == arrays["text_file"][numbers[0]]).tolist(),
+                        values_of_file,
+                        strict=True,
+                    ):
+                        parsed[k] = value
             # a message that is not a plain chat message: its sample reads its step
             invalid: list[int] = []
             for slot, value, response in zip(
@@ -2777,6 +2798,34 @@ class _FileSource:
             for j in set(np.searchsorted(block, invalid, side="right") - 1):
                 out[int(picked[j])] = None
         return out
+
+    def _joined_texts(self, prompts: _Prompts, numbers: NDArray[np.int64]) -> bytes | None:
+        """Texts ``numbers`` (stored whole, of one file) as one JSON array,
+        ``[t0,t1,...]``, each checked against its CRC-32C on its first read; None when
+        one fails its check."""
+        arrays = prompts.arrays
+        offsets = arrays["text_offset"][numbers]
+        lengths = arrays["text_length"][numbers]
+        verified = np.frombuffer(prompts.verified, dtype=np.uint8)
+        unchecked = verified[numbers] == 0
+        data = self._map_of(int(arrays["text_file"][numbers[0]])) if numbers.size else b""
+        kernel = _texts_kernel()
+        if kernel is not None:
+            joined, bad = kernel.gather(
+                data, offsets, lengths, arrays["text_crc"][numbers], unchecked
+            )
+            if bad >= 0:
+                return None
+        else:
+            ends = (offsets + lengths).tolist()
+            raws = [data[a:b] for a, b in zip(offsets.tolist(), ends, strict=True)]
+            expected = arrays["text_crc"][numbers].tolist()
+            for k in np.flatnonzero(unchecked).tolist():
+                if _google_crc32c(raws[k]) != expected[k]:
+                    return None
+            joined = b"[" + b",".join(raws) + b"]"
+        verified[numbers[unchecked]] = 1
+        return joined  # type: ignore[no-any-return]
 
     def _map_of(self, file_id: int) -> Any:
         """File ``file_id``'s memory map (version 4), else None."""
@@ -3109,6 +3158,10 @@ def _prompts_of(
         )
         first = end
     return prompts, texts
+
+
+def _all_equal(values: NDArray[Any]) -> bool:
+    return values.size == 0 or bool((values == values[0]).all())
 
 
 class _StoredTrajectories(Sequence[list[dict[str, Any]]]):

@@ -368,7 +368,6 @@ class NStepReader:
             self._columns, self._arrays, index, self.n_step, self.gamma, pointer, mask
         )
 
-
     def _fill(self, out: dict[str, torch.Tensor], pos: np.ndarray, pointer: int) -> None:
         out.update(self.fields(pos, pointer))
 
