@@ -2825,7 +2825,7 @@ class _FileSource:
                     return None
             joined = b"[" + b",".join(raws) + b"]"
         verified[numbers[unchecked]] = 1
-        return joined  # type: ignore[no-any-return]
+        return joined
 
     def _map_of(self, file_id: int) -> Any:
         """File ``file_id``'s memory map (version 4), else None."""
