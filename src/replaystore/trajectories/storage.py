@@ -146,6 +146,7 @@ COMPRESSION_LEVEL = 2
 #: growing summaries of earlier steps) shrink well below it, prose-like ones do not.
 TEXT_COMPRESSION_RATIO = 0.5
 _TEXT_COMPRESS_MIN = 128
+_TEXT_PROBE = 32
 # Version 4 prefix links: a text of at least _PREFIX_MIN bytes whose first
 # _PREFIX_SHARE of bytes (or more) are a previous step's text's is stored as a link
 # (_PREFIX_HEAD: that text's number and the shared length, then the rest); at most
@@ -691,7 +692,7 @@ class TrajectoryStorage:
                 for name, dtype in _PROMPT_ARRAYS:
                     index[name] = _encode(arrays[name], dtype)
                 index["prompt_index_crc32"] = _prompt_index_crc(arrays)
-                body = frames + table.texts
+                body = [*frames, b"".join(table.texts)]  # one write for the texts
         else:
             line_lengths = np.fromiter(
                 (len(line) for e in trajectories for line in e.lines),
@@ -1617,10 +1618,14 @@ class _TextTable:
         codec, depth = _CODEC_RAW, 0
         if len(encoded) >= _PREFIX_MIN:
             best, shared = -1, 0
+            # ASCII text: it must start with at least its first half's characters
+            half = text[: (len(text) + 1) // 2] if len(encoded) == len(text) else ""
             for other in earlier:
                 base = self.ids.get(other)
                 if base is None or self.depths[base] >= _PREFIX_CHAIN:
                     continue
+                if half and not other.startswith(half):
+                    continue  # cannot share half of it (the usual case: one comparison)
                 k = _common_prefix(text, other)
                 if k > shared:
                     best, shared = base, k
@@ -1647,15 +1652,29 @@ class _TextTable:
         """Store each text zstandard-compressed where that makes it at most
         :data:`TEXT_COMPRESSION_RATIO` of its size (else as it is: a sample reads it
         without a decompression). Texts under :data:`_TEXT_COMPRESS_MIN` bytes stay as
-        they are. Many texts are compressed by zstandard's own threads."""
+        they are. A file's texts tend to be alike: when a probe of them (about
+        :data:`_TEXT_PROBE`, evenly spread) finds fewer than one in ten that halves, the
+        others are not tried (compressing every text costs a write about as much as the
+        rest of the file's encoding). Many texts are compressed by zstandard's own
+        threads."""
         codecs = self.codecs
         todo = [
             i
             for i, t in enumerate(self.texts)
             if len(t) >= _TEXT_COMPRESS_MIN and codecs[i] == _CODEC_RAW
         ]
+        if len(todo) >= 2 * _TEXT_PROBE:
+            every = len(todo) // _TEXT_PROBE
+            probe = todo[::every]
+            if 10 * self._compress(probe, level) < len(probe):
+                return
+            todo = [i for k, i in enumerate(todo) if k % every]
+        self._compress(todo, level)
+
+    def _compress(self, todo: Sequence[int], level: int) -> int:
+        """Compress texts ``todo`` where that halves them; returns how many it did."""
         if not todo:
-            return
+            return 0
         raw = [self.texts[i] for i in todo]
         compressor = _zstd_compressor(level)
         packed: list[bytes] | None = None
@@ -1668,10 +1687,13 @@ class _TextTable:
                 packed = None
         if packed is None:
             packed = [compressor.compress(text) for text in raw]
+        done = 0
         for i, text, small in zip(todo, raw, packed, strict=True):
             if len(small) <= TEXT_COMPRESSION_RATIO * len(text):
                 self.texts[i] = small
                 self.codecs[i] = _CODEC_ZSTD
+                done += 1
+        return done
 
     def index(self) -> dict[str, NDArray[Any]]:
         """The header arrays (name -> array in its stored dtype), in
@@ -1679,7 +1701,7 @@ class _TextTable:
         codecs = self.codecs
         return {
             "text_lengths": np.array([len(t) for t in self.texts], dtype="<i4"),
-            "text_crc32c": np.array([_crc32c(t) for t in self.texts], dtype="<u4"),
+            "text_crc32c": np.array(list(map(_crc32c_function(), self.texts)), dtype="<u4"),
             "text_codec": np.array(codecs, dtype="u1"),
             "prompt_counts": np.array(self.counts, dtype="<i4"),
             "prompt_refs": np.array(self.refs, dtype="<i4"),
@@ -2359,6 +2381,12 @@ def _texts_kernel() -> Any:
         kernel = resolve_kernel(module, None, env="REPLAYSTORE_TEXTS", argument="REPLAYSTORE_TEXTS")
         _TEXTS_KERNEL[:] = [kernel]
     return _TEXTS_KERNEL[0]
+
+
+def _crc32c_function() -> Any:
+    """The CRC-32C function :func:`_crc32c` calls (for loops over many texts)."""
+    kernel = _texts_kernel()
+    return kernel.crc32c if kernel is not None else _google_crc32c
 
 
 def _crc32c(data: bytes | memoryview) -> int:
