@@ -321,13 +321,14 @@ def bench_materialise(n_steps: int) -> list[list[str]]:
 
 _RSS_PROBE = r"""
 import json, resource, sys, time
-def rss():
+def rss(part="VmRSS"):
     with open("/proc/self/status") as fh:
         fields = dict(line.split(":", 1) for line in fh)
-    return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+    return int(fields[part].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
 import torch, numpy
 from replaystore.trajectories import ReplayBuffer
 base, _ = rss()
+base_file, _ = rss("RssFile")
 start = time.perf_counter()
 buffer = ReplayBuffer.from_storage(sys.argv[1])
 opened = time.perf_counter() - start
@@ -337,8 +338,10 @@ for i in range(0, len(samples), max(1, len(samples) // 100)):
     samples[i]
 buffer[0]; buffer[len(buffer) - 1]
 after_use, peak = rss()
+file_pages, _ = rss("RssFile")
 print(json.dumps({"steps": buffer.stats.samples, "open_s": opened, "base": base,
-                  "after_open": after_open, "after_use": after_use, "peak": peak}))
+                  "after_open": after_open, "after_use": after_use, "peak": peak,
+                  "file_pages": file_pages, "base_file_pages": base_file}))
 """
 
 
@@ -361,12 +364,13 @@ def bench_storage_rss(n_steps: int, k: int, workdir: Path) -> tuple[list[list[st
     r = json.loads(out.stdout)
     mib = 2**20
     delta_use = (r["after_use"] - r["base"]) / mib
+    mapped = (r["file_pages"] - r["base_file_pages"]) / mib
     rows = [
         [
             f"from_storage over {r['steps']:,} steps ({size:,.0f} MiB of format 4 files)",
             f"{r['open_s']:.2f} s",
             f"{(r['after_open'] - r['base']) / mib:,.0f} MiB",
-            f"{delta_use:,.0f} MiB",
+            f"{delta_use:,.0f} MiB ({mapped:,.0f} MiB of it file pages mapped by the reads)",
             f"{(r['peak'] - r['base']) / mib:,.0f} MiB",
         ],
         [

@@ -326,3 +326,21 @@ def test_reads_with_and_without_the_texts_kernel_agree(chat_store, monkeypatch) 
                 got.append(sample)
         results.append(got)
     assert results[0] == results[1] and len(results[0]) == 5 * 6 + 2
+
+
+def test_a_probe_decides_whether_a_files_texts_are_worth_compressing() -> None:
+    rng = np.random.default_rng(4)
+
+    def table_of(texts: list[str]) -> Any:
+        table = storage_module._TextTable()
+        for text in texts:
+            table.add(text)
+        table.compress(2)
+        return table
+
+    noise = [rng.integers(0, 2**62, 40).tobytes().hex() for _ in range(200)]  # 640 hex chars
+    assert set(table_of(noise).codecs) == {storage_module._CODEC_RAW}
+    trees = [f"{i}: " + " ".join(f"[{k}] link 'item {k}'" for k in range(40)) for i in range(200)]
+    table = table_of(trees)
+    assert set(table.codecs) == {storage_module._CODEC_ZSTD}  # every one, not only the probe
+    assert all(len(t) <= 0.5 * len(text) for t, text in zip(table.texts, trees, strict=True))

@@ -3155,11 +3155,14 @@ def _prompts_of(
         out = np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
         return np.ascontiguousarray(out)
 
+    # the narrowest integers that hold them (a million steps: 4 bytes each, not 8)
+    wide_refs = np.int32 if ref_base < 2**31 else np.int64
+    wide_texts = np.int32 if text_base < 2**31 else np.int64
     prompts = _Prompts(
         {
             "counts": joined(counts, np.int32),
-            "starts": joined(starts, np.int64),
-            "responses": joined(responses, np.int64),
+            "starts": joined(starts, wide_refs),
+            "responses": joined(responses, wide_texts),
             "relative": joined(relative, np.uint8),
             "refs": joined([all_refs], np.int32),
             "text_file": joined(text_file, np.int32),
