@@ -18,7 +18,6 @@ too. They are not iterable (WebGym's raise on ``obj[0]`` too).
 from __future__ import annotations
 
 import dataclasses
-import operator
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, InitVar, dataclass, field
@@ -79,17 +78,7 @@ domain_subdomain_map: dict[str, list[str]] = {
 
 
 # The field names of each component class, in order (to_dict runs once per step saved).
-# to_dict's plan per component class: its field names and one attrgetter of them all
-_TO_DICT_PLANS: dict[type, tuple[tuple[str, ...], Any]] = {}
-
-
-# values to_dict keeps as they are without an isinstance check
-_PLAIN_TYPES = frozenset({str, int, float, bool, type(None), dict, list})
-
-
-def _fields_tuple(names: tuple[str, ...]) -> Any:
-    """What ``operator.attrgetter(*names)`` gives for several names, for 0 or 1 name."""
-    return lambda obj: tuple(getattr(obj, name) for name in names)
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 class _Component:
@@ -137,25 +126,16 @@ class _Component:
         ``shared``: ready dicts of nested components, by field name, used as they are
         (:func:`step_to_dict` shares one task's dict among a trajectory's steps).
         """
-        plan = _TO_DICT_PLANS.get(type(self))
-        if plan is None:
-            names = self._field_names()
-            getter = operator.attrgetter(*names) if len(names) > 1 else _fields_tuple(names)
-            plan = _TO_DICT_PLANS[type(self)] = (names, getter)
-        names, getter = plan
-        values = getter(self)  # one C call for every field (a tuple: there are several)
-        out = dict(zip(names, values, strict=True))
-        if shared is not None:
-            for name in shared:
-                if name in out:
-                    out[name] = shared[name]
-        for name, value in zip(names, values, strict=True):
-            # nested components (an observation's task): each class is checked by identity
-            # first, the common case of plain values costing one set lookup each
-            if type(value) in _PLAIN_TYPES or (shared is not None and name in shared):
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = self._field_names()
+        out: dict[str, Any] = {}
+        for name in names:
+            if shared is not None and name in shared:
+                out[name] = shared[name]
                 continue
-            if isinstance(value, _Component):
-                out[name] = value.to_dict()
+            value = getattr(self, name)
+            out[name] = value.to_dict() if isinstance(value, _Component) else value
         return out
 
     @classmethod
