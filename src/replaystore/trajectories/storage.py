@@ -621,18 +621,8 @@ class TrajectoryStorage:
         todo = [e for e in trajectories if e.compress]
         if not todo:
             return
-        compressor = _zstd_compressor(self.compression_level)
         raw = [e.frame or b"" for e in todo]
-        packed: list[bytes] | None = None
-        threads = min(_COMPRESS_THREADS, os.cpu_count() or 1)
-        if threads > 1 and len(raw) > 1 and sum(map(len, raw)) >= _PARALLEL_BYTES:
-            try:
-                batch = compressor.multi_compress_to_buffer(raw, threads=threads)
-                packed = [batch[i].tobytes() for i in range(len(raw))]
-            except (AttributeError, NotImplementedError):  # a zstandard backend without it
-                packed = None
-        if packed is None:
-            packed = [compressor.compress(frame) for frame in raw]
+        packed = _compress_each(raw, self.compression_level)
         for e, frame, small in zip(todo, raw, packed, strict=True):
             if len(small) < len(frame):
                 e.frame, e.codec = small, _CODEC_ZSTD
@@ -1676,17 +1666,7 @@ class _TextTable:
         if not todo:
             return 0
         raw = [self.texts[i] for i in todo]
-        compressor = _zstd_compressor(level)
-        packed: list[bytes] | None = None
-        threads = min(_COMPRESS_THREADS, os.cpu_count() or 1)
-        if threads > 1 and len(raw) > 1 and sum(map(len, raw)) >= _PARALLEL_BYTES:
-            try:
-                batch = compressor.multi_compress_to_buffer(raw, threads=threads)
-                packed = [batch[i].tobytes() for i in range(len(raw))]
-            except (AttributeError, NotImplementedError):  # a backend without it
-                packed = None
-        if packed is None:
-            packed = [compressor.compress(text) for text in raw]
+        packed = _compress_each(raw, level)
         done = 0
         for i, text, small in zip(todo, raw, packed, strict=True):
             if len(small) <= TEXT_COMPRESSION_RATIO * len(text):
@@ -1964,6 +1944,20 @@ def _zstd_compressor(level: int) -> Any:
             level=level, write_checksum=False, write_content_size=True
         )
     return compressor
+
+
+def _compress_each(raw: Sequence[bytes], level: int) -> list[bytes]:
+    """Each of ``raw`` as one zstandard frame. From :data:`_PARALLEL_BYTES` in all they
+    are compressed by zstandard's own threads (the same bytes as one at a time)."""
+    compressor = _zstd_compressor(level)
+    threads = min(_COMPRESS_THREADS, os.cpu_count() or 1)
+    if threads > 1 and len(raw) > 1 and sum(map(len, raw)) >= _PARALLEL_BYTES:
+        try:
+            batch = compressor.multi_compress_to_buffer(list(raw), threads=threads)
+            return [batch[i].tobytes() for i in range(len(raw))]
+        except (AttributeError, NotImplementedError):  # a zstandard backend without it
+            pass
+    return [compressor.compress(data) for data in raw]
 
 
 def _zstd_decompress(data: bytes) -> bytes:
