@@ -911,32 +911,21 @@ class TrajectoryStorage:
         self, frame: _Frame, head: Mapping[str, Any], step_raw: bytes, where: str
     ) -> dict[str, Any]:
         """A version 3 step (checked by :func:`_frame_head`) as a step mapping."""
+        data = _frame_step_dict(frame, head, step_raw, where)
         try:
-            data = json.loads(step_raw)
-            if "p" in head:
-                response = data["response"]
-                response["raw_prompt"] = _head_prompt(frame, head)
-                response["raw_response"] = _head_response(frame, head)
             if head.get("u"):
                 data["response"]["raw_prompt"] = resolve_prompt(
                     data["response"]["raw_prompt"], root_url(self.root)
                 )
             step = step_from_dict(data)
-        except (
-            json.JSONDecodeError,
-            UnicodeDecodeError,
-            KeyError,
-            IndexError,
-            TypeError,
-            ValueError,
-        ) as exc:
+        except _STEP_ERRORS as exc:
             raise StorageError(f"{where}: malformed step ({exc})") from None
         observation = step["observation"]
         observation.image_path = self._resolve(observation.image_path)
         return step
 
     def _frames_of(self, header: _Header) -> Iterator[tuple[int, _Frame]]:
-        """``(trajectory, decoded frame)`` of every trajectory of a version 3 file."""
+        """``(trajectory, decoded frame)`` of every trajectory of a version 3-4 file."""
         assert header.frame_lengths is not None and header.frame_crc is not None
         assert header.frame_codec is not None and header.message_counts is not None
         path = header.file.path
@@ -1270,21 +1259,7 @@ class TrajectoryStorage:
                         head, step_raw = _checked_head(
                             frame, s, int(header.line_crc[start + s]), where
                         )
-                        try:
-                            data = json.loads(step_raw)
-                            if "p" in head:
-                                data["response"]["raw_prompt"] = _head_prompt(frame, head)
-                                data["response"]["raw_response"] = _head_response(frame, head)
-                        except (
-                            json.JSONDecodeError,
-                            UnicodeDecodeError,
-                            KeyError,
-                            IndexError,
-                            TypeError,
-                            ValueError,
-                        ) as exc:
-                            raise StorageError(f"{where}: malformed step ({exc})") from None
-                        dicts.append(data)
+                        dicts.append(_frame_step_dict(frame, head, step_raw, where))
                         relative.append(bool(head.get("u")))
                     if self.format_version >= 3:
                         self._fill_frame(encoded, first_t + t, dicts, relative, known, table)
@@ -2460,6 +2435,29 @@ def _checked_head(frame: _Frame, s: int, crc: int, where: str) -> tuple[dict[str
 def _head_prompt(frame: _Frame, head: Mapping[str, Any]) -> str:
     """The exact stored prompt text of a split prompt (URLs still relative)."""
     return _join_prompt(int(head["p"]), [frame.message(i) for i in head["m"]])
+
+
+# What a malformed stored step raises while it is decoded (JSONDecodeError and
+# UnicodeDecodeError are ValueErrors).
+_STEP_ERRORS = (KeyError, IndexError, TypeError, ValueError)
+
+
+def _frame_step_dict(frame: _Frame, head: Mapping[str, Any], step_raw: bytes, where: str) -> Any:
+    """A version 3-4 step (checked by :func:`_frame_head`) as its stored dict: the split
+    prompt and its response joined back in, image URLs as stored.
+
+    Raises:
+        StorageError: the step or its texts are malformed (named by ``where``).
+    """
+    try:
+        data = json.loads(step_raw)
+        if "p" in head:
+            response = data["response"]
+            response["raw_prompt"] = _head_prompt(frame, head)
+            response["raw_response"] = _head_response(frame, head)
+    except _STEP_ERRORS as exc:
+        raise StorageError(f"{where}: malformed step ({exc})") from None
+    return data
 
 
 def _head_response(frame: _Frame, head: Mapping[str, Any]) -> Any:
