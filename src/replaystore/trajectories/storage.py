@@ -2894,32 +2894,12 @@ class _FileSource:
 
     def _own_text(self, prompts: _Prompts, number: int) -> Any:
         """Text ``number`` parsed straight from its file's memory map (URLs as stored),
-        checked against its CRC32 on first read.
+        checked against its CRC-32C on first read (a new value on every call).
 
         Raises:
-            ValueError: not one JSON value. StorageError: it fails its CRC32 check.
+            ValueError: not one JSON value. StorageError: see :meth:`_raw_text`.
         """
-        file_id = prompts.text_file[number]
-        data = self._maps[file_id]
-        if data is None:
-            data = self._map(file_id)
-        offset = prompts.text_offset[number]
-        raw = data[offset : offset + prompts.text_length[number]]
-        if not prompts.verified[number]:
-            if _crc32c(raw) != prompts.text_crc[number]:
-                raise StorageError(
-                    f"a stored prompt text of {self.files[file_id]} fails its CRC-32C check "
-                    "(the file was changed or damaged after it was written)"
-                )
-            prompts.verified[number] = 1
-        if prompts.text_codec[number]:
-            raw = self._whole(prompts, file_id, number, raw)
-        if _from_json is not None:
-            try:
-                return _from_json(raw)
-            except ValueError:
-                pass
-        return json.loads(raw)
+        return _loads_text(self._raw_text(prompts, number))
 
     def _map(self, file_id: int) -> Any:
         """File ``file_id``'s memory map (made on first use; byte offsets as in the file)."""
@@ -2929,17 +2909,17 @@ class _FileSource:
         return texts.data
 
     def _raw_text(self, prompts: _Prompts, number: int) -> bytes:
-        """Text ``number`` (of all files; decompressed), checked against its CRC32 once.
+        """Text ``number`` (of all files; made whole), checked against its CRC-32C once.
 
         Raises:
             StorageError: it fails its check, or its file is gone.
         """
         file_id = prompts.text_file[number]
-        texts = self._file_texts[file_id]
-        if type(texts) is not _Texts:
-            texts = self._texts_of(file_id)
+        data = self._maps[file_id]
+        if data is None:
+            data = self._map(file_id)
         offset = prompts.text_offset[number]
-        raw = texts.data[offset : offset + prompts.text_length[number]]  # type: ignore[union-attr]
+        raw = data[offset : offset + prompts.text_length[number]]
         if not prompts.verified[number]:
             if _crc32c(raw) != prompts.text_crc[number]:
                 raise StorageError(
