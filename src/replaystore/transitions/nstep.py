@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -249,6 +249,11 @@ class _KernelPlan:
     next_obs_dtype: np.dtype
     next_obs_shape: tuple[int, ...]
     item: dict[str, tuple[int, ...]]
+    fill: Callable[[dict[str, torch.Tensor], np.ndarray, int], None] = field(init=False)
+    """:func:`_kernel_fill` of this plan (made in ``__post_init__``)."""
+
+    def __post_init__(self) -> None:
+        self.fill = _kernel_fill(self)
 
 
 class NStepReader:
@@ -309,7 +314,9 @@ class NStepReader:
         if len(self._arrays) < len(needed):
             self._arrays = None
         self._plan = None if self._arrays is None else self._kernel_plan(self._arrays)
-        self.fill = self._fill if self._plan is None else _kernel_fill(self._plan)
+        plan = self._plan
+        # flag columns of item shape [1] need _nstep_kernel's reshape
+        self.fill = plan.fill if plan is not None and not plan.item else self._fill
 
     def _kernel_plan(self, arrays: dict[str, np.ndarray]) -> _KernelPlan | None:
         reward = arrays["reward"]
@@ -373,15 +380,14 @@ class NStepReader:
 
 
 def _kernel_fill(plan: _KernelPlan) -> Callable[[dict[str, torch.Tensor], np.ndarray, int], None]:
-    """:meth:`NStepReader.fill` for ``plan``: :func:`_nstep_kernel` for 1-d positions
-    without a mask, its lookups made once (this runs in every n-step sample_batch)."""
-    if plan.reward_shape or plan.item or plan.has_term:
-        return lambda out, pos, pointer: out.update(_nstep_kernel(plan, pos, pointer, None))
+    """The compiled kernel's entries of 1-d positions, added to a dict: its lookups
+    made once (this runs in every n-step sample_batch); entries of shape ``[B, ...]``
+    (:func:`_nstep_kernel` gives flag columns of item shape ``[1]`` their shape)."""
     window = plan.window
     empty = np.empty
     from_numpy = torch.from_numpy
     reward_dtype, next_dtype = plan.reward_dtype, plan.next_obs_dtype
-    next_shape = plan.next_obs_shape
+    next_shape, reward_shape, has_term = plan.next_obs_shape, plan.reward_shape, plan.has_term
     flag, f32, i64 = np.dtype(np.bool_), np.dtype(np.float32), np.dtype(np.int64)
 
     def fill(out: dict[str, torch.Tensor], pos: np.ndarray, pointer: int) -> None:
@@ -392,11 +398,14 @@ def _kernel_fill(plan: _KernelPlan) -> Callable[[dict[str, torch.Tensor], np.nda
         next_obs = empty((rows, *next_shape), next_dtype)
         done = empty(rows, flag)
         discount = empty(rows, f32)
-        window(pos, pointer, ret, next_obs, done, discount, None)
-        out["n_step_return"] = from_numpy(ret)
+        term = empty(rows, flag) if has_term else None
+        window(pos, pointer, ret, next_obs, done, discount, term)
+        out["n_step_return"] = from_numpy(ret.reshape(rows, *reward_shape) if reward_shape else ret)
         out["n_step_next_obs"] = from_numpy(next_obs)
         out["n_step_done"] = from_numpy(done)
         out["n_step_discount"] = from_numpy(discount)
+        if term is not None:
+            out["n_step_terminated"] = from_numpy(term)
 
     return fill
 
@@ -407,34 +416,15 @@ def _nstep_kernel(
     pointer: int,
     mask: torch.Tensor | np.ndarray | None,
 ) -> dict[str, torch.Tensor]:
-    # Every call of this path is part of an n-step sample_batch: a few small
-    # NumPy allocations and one kernel call (see benchmarks/RESULTS.md, n-step).
+    """The kernel's entries of positions of any shape, ``mask``ed (see ``nstep_fields``)."""
     shape = tuple(index.shape)
-    if type(index) is np.ndarray and index.ndim == 1 and index.dtype == np.int64:
-        t = index  # the sampler's own draw (the kernel checks it is contiguous)
-    else:
-        t = np.ascontiguousarray(np.asarray(index).reshape(-1), dtype=np.int64)
+    t = np.asarray(index).reshape(-1)
     keep: np.ndarray | None = None
     if mask is not None:
         keep = np.asarray(mask).reshape(-1).astype(bool, copy=False)
         t = np.where(keep, t, (pointer - 1) % plan.capacity)  # padding: any stored row
-    rows = len(t)
-    ret = np.empty(rows, plan.reward_dtype)
-    next_obs = np.empty((rows, *plan.next_obs_shape), plan.next_obs_dtype)
-    done = np.empty(rows, np.bool_)
-    discount = np.empty(rows, np.float32)
-    term = np.empty(rows, np.bool_) if plan.has_term else None
-    plan.window(t, pointer, ret, next_obs, done, discount, term)
-    if plan.reward_shape:
-        ret = ret.reshape(rows, *plan.reward_shape)
-    out = {
-        "n_step_return": torch.from_numpy(ret),
-        "n_step_next_obs": torch.from_numpy(next_obs),
-        "n_step_done": torch.from_numpy(done),
-        "n_step_discount": torch.from_numpy(discount),
-    }
-    if term is not None:
-        out["n_step_terminated"] = torch.from_numpy(term)
+    out: dict[str, torch.Tensor] = {}
+    plan.fill(out, t, pointer)
     if keep is not None:
         padding = torch.from_numpy(~keep)
         for value in out.values():
