@@ -2056,14 +2056,17 @@ class _Texts:
 
     __slots__ = ("data", "index", "verified")
 
-    def __init__(self, index: _TextIndex, data: Any) -> None:
+    def __init__(self, index: _TextIndex, data: Any, verified: Any = None) -> None:
         self.index = index
         self.data = data
-        self.verified = bytearray(int(index.lengths.size))
+        #: Per text, whether its check passed: a view of a buffer's table of all its
+        #: files' texts when given (one record whichever path reads a text), else own.
+        self.verified = bytearray(int(index.lengths.size)) if verified is None else verified
 
     @classmethod
-    def mapped(cls, index: _TextIndex) -> _Texts:
-        """The texts read through a memory map of the file (pages read when touched).
+    def mapped(cls, index: _TextIndex, verified: Any = None) -> _Texts:
+        """The texts read through a memory map of the file (pages read when touched);
+        ``verified``: see :attr:`verified`.
 
         Raises:
             FileNotFoundError: the file is gone.
@@ -2077,7 +2080,7 @@ class _Texts:
                     f"header says {index.end}); reopen the buffer"
                 )
             data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        return cls(index, data)
+        return cls(index, data, verified)
 
     def raw(self, i: int) -> bytes:
         """Text ``i``'s bytes (decompressed), checked.
@@ -2490,7 +2493,6 @@ class _FileSource:
         "_copy",
         "_file_texts",
         "_first_text",
-        "_maps",
         "_message_chars",
         "_messages",
         "_mixed",
@@ -2549,7 +2551,6 @@ class _FileSource:
         # version 4: each file's text index, and its texts once read (memory-mapped)
         self._file_texts: list[_TextIndex | _Texts | None] = list(texts) or [None] * len(files)
         self._prompts = prompts
-        self._maps: list[Any] = [None] * len(files)
         # version 4: the global number of each file's first text
         first, self._first_text = 0, []
         for t in self._file_texts:
@@ -2569,7 +2570,6 @@ class _FileSource:
         state["_message_chars"] = 0
         state["_parsed"] = {}
         state["_parsed_chars"] = 0
-        state["_maps"] = [None] * len(self.files)
         state["_file_texts"] = [t.index if isinstance(t, _Texts) else t for t in self._file_texts]
         return state
 
@@ -2628,10 +2628,14 @@ class _FileSource:
     def _texts_of(self, file_id: int) -> _Texts | None:
         """File ``file_id``'s texts (version 4; memory-mapped on first use), else None."""
         texts = self._file_texts[file_id]
-        if texts is None or type(texts) is _Texts:
+        if texts is None or isinstance(texts, _Texts):
             return texts
+        verified = None
+        if self._prompts is not None:  # one record of checked texts for both read paths
+            first = self._first_text[file_id]
+            verified = memoryview(self._prompts.verified)[first : first + int(texts.lengths.size)]
         try:
-            mapped = _Texts.mapped(texts)  # type: ignore[arg-type]
+            mapped = _Texts.mapped(texts, verified)
         except FileNotFoundError:
             raise self._removed(self.files[file_id]) from None
         self._file_texts[file_id] = mapped
@@ -2848,11 +2852,11 @@ class _FileSource:
         return joined
 
     def _map_of(self, file_id: int) -> Any:
-        """File ``file_id``'s memory map (version 4), else None."""
-        if self._file_texts[file_id] is None:
-            return None
-        data = self._maps[file_id]
-        return data if data is not None else self._map(file_id)
+        """File ``file_id``'s memory map (version 4; made on first use), else None."""
+        texts = self._file_texts[file_id]
+        if type(texts) is not _Texts:
+            texts = self._texts_of(file_id)
+        return None if texts is None else texts.data
 
     def _text_parts(
         self, prompts: _Prompts, pos: int, count: int, traj: int, step: int
@@ -2901,13 +2905,6 @@ class _FileSource:
         """
         return _loads_text(self._raw_text(prompts, number))
 
-    def _map(self, file_id: int) -> Any:
-        """File ``file_id``'s memory map (made on first use; byte offsets as in the file)."""
-        texts = self._texts_of(file_id)
-        assert texts is not None
-        self._maps[file_id] = texts.data
-        return texts.data
-
     def _raw_text(self, prompts: _Prompts, number: int) -> bytes:
         """Text ``number`` (of all files; made whole), checked against its CRC-32C once.
 
@@ -2915,9 +2912,7 @@ class _FileSource:
             StorageError: it fails its check, or its file is gone.
         """
         file_id = prompts.text_file[number]
-        data = self._maps[file_id]
-        if data is None:
-            data = self._map(file_id)
+        data = self._map_of(file_id)
         offset = prompts.text_offset[number]
         raw = data[offset : offset + prompts.text_length[number]]
         if not prompts.verified[number]:
