@@ -639,31 +639,23 @@ def bench_files(workdir: Path, repeats: int) -> tuple[list[list[str]], dict[str,
             f"{steady * 1e3:.1f} ms ({steady_cpu * 1e3:.1f} CPU)"
         )
 
+    labels = {
+        "v4": "replaystore, format 4 (zstd frames, each message once per file, read alone)",
+        "v3": "replaystore, format 3 (zstd frames, shared messages; the previous format)",
+        "v2": "replaystore, format 2 (JSON lines)",
+    }
     rows = [
         [
-            "replaystore, format 4 (zstd frames, each message once per file, read alone)",
-            f"{sizes['v4'] / n:,.0f}",
-            fmt_ratio(sizes["webgym"] / sizes["v4"]),
-            f"{med['v4'] * 1e3:,.0f} ms ({med_cpu['v4'] * 1e3:,.0f} ms CPU)",
-            fmt_ratio(med["webgym"] / med["v4"]),
-            read_cell("v4"),
-        ],
-        [
-            "replaystore, format 3 (zstd frames, shared messages; the previous format)",
-            f"{sizes['v3'] / n:,.0f}",
-            fmt_ratio(sizes["webgym"] / sizes["v3"]),
-            f"{med['v3'] * 1e3:,.0f} ms ({med_cpu['v3'] * 1e3:,.0f} ms CPU)",
-            fmt_ratio(med["webgym"] / med["v3"]),
-            read_cell("v3"),
-        ],
-        [
-            "replaystore, format 2 (JSON lines)",
-            f"{sizes['v2'] / n:,.0f}",
-            fmt_ratio(sizes["webgym"] / sizes["v2"]),
-            f"{med['v2'] * 1e3:,.0f} ms ({med_cpu['v2'] * 1e3:,.0f} ms CPU)",
-            fmt_ratio(med["webgym"] / med["v2"]),
-            read_cell("v2"),
-        ],
+            label,
+            f"{sizes[name] / n:,.0f}",
+            fmt_ratio(sizes["webgym"] / sizes[name]),
+            f"{med[name] * 1e3:,.0f} ms ({med_cpu[name] * 1e3:,.0f} ms CPU)",
+            fmt_ratio(med["webgym"] / med[name]),
+            read_cell(name),
+        ]
+        for name, label in labels.items()
+    ]
+    rows.append(
         [
             "WebGym-shaped writer (torch.save pickle)",
             f"{sizes['webgym'] / n:,.0f}",
@@ -671,8 +663,8 @@ def bench_files(workdir: Path, repeats: int) -> tuple[list[list[str]], dict[str,
             f"{med['webgym'] * 1e3:,.0f} ms ({med_cpu['webgym'] * 1e3:,.0f} ms CPU)",
             "1.00x",
             "in memory",
-        ],
-    ]
+        ]
+    )
     facts = {
         "bytes_v4": sizes["v4"] / n,
         "bytes_webgym": sizes["webgym"] / n,
