@@ -2906,38 +2906,16 @@ class _FileSource:
         return _loads_text(self._raw_text(prompts, number))
 
     def _raw_text(self, prompts: _Prompts, number: int) -> bytes:
-        """Text ``number`` (of all files; made whole), checked against its CRC-32C once.
+        """Text ``number`` (of all files; made whole), checked against its CRC-32C once
+        (:meth:`_Texts.raw` of its file).
 
         Raises:
             StorageError: it fails its check, or its file is gone.
         """
         file_id = prompts.text_file[number]
-        data = self._map_of(file_id)
-        offset = prompts.text_offset[number]
-        raw = data[offset : offset + prompts.text_length[number]]
-        if not prompts.verified[number]:
-            if _crc32c(raw) != prompts.text_crc[number]:
-                raise StorageError(
-                    f"a stored prompt text of {self.files[file_id]} fails its CRC-32C check (the "
-                    "file was changed or damaged after it was written)"
-                )
-            prompts.verified[number] = 1
-        if prompts.text_codec[number]:
-            return self._whole(prompts, file_id, number, raw)
-        return raw
-
-    def _whole(self, prompts: _Prompts, file_id: int, number: int, raw: bytes) -> bytes:
-        """Text ``number`` (global) of file ``file_id`` made whole from its stored
-        ``raw`` bytes (checked): decompressed, or its prefix link followed."""
-        first = self._first_text[file_id]
-        if prompts.text_codec[number] == _CODEC_ZSTD:
-            return _text_decompress(raw, self.files[file_id], number - first)
-        return _text_extend(
-            raw,
-            self.files[file_id],
-            number - first,
-            lambda local: self._raw_text(prompts, first + local),
-        )
+        texts = self._texts_of(file_id)
+        assert texts is not None
+        return texts.raw(number - self._first_text[file_id])
 
     def _parse_text(self, prompts: _Prompts, number: int, relative: int) -> Any:
         """Text ``number`` parsed (a new value on every call); ``relative``: resolve its
