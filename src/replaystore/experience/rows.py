@@ -564,17 +564,7 @@ def encode_records(data_batch: Any, where: str | None = None) -> list[tuple[Any,
         if check_row is not None and check_row(row, DataRow, ExpMeta, Experience, _META_SPEC):
             meta = row.exp_meta
             exp = row.exp_data
-            text = dumps_encoders(
-                {
-                    "state": exp.state,
-                    "actions": exp.actions,
-                    "reward_t": exp.reward_t,
-                    "adv_t": exp.adv_t,
-                    "v_t": exp.v_t,
-                    "messages": exp.messages,
-                },
-                encoders,
-            )
+            text = dumps_encoders(_payload_dict(exp), encoders)
             if text is NotImplemented:  # a class not seen yet, or the generic path
                 text = _payload_text(exp) or NotImplemented
             if text is not NotImplemented:
