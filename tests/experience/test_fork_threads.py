@@ -86,7 +86,9 @@ def _sqlite_child(buf: ExperienceBuffer, out: Path) -> None:
     real_connect = sqlite_module.sqlite3.connect
 
     def counting_connect(*args: Any, **kwargs: Any) -> Any:
-        opened.append(str(args[0]))
+        # the storage's own connection (its background checkpointer opens one of its own)
+        if not threading.current_thread().name.startswith("replaystore-checkpoint"):
+            opened.append(str(args[0]))
         return real_connect(*args, **kwargs)
 
     sqlite_module.sqlite3.connect = counting_connect

@@ -48,6 +48,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -165,12 +166,20 @@ CREATE TEMP TRIGGER IF NOT EXISTS rows_in_insert INSTEAD OF INSERT ON rows_in BE
 END
 """
 _INSERT_ONE = "INSERT INTO rows_in VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-# WAL pages before a connection checkpoints on commit (SQLite's default is 1000,
-# 4 MiB). A checkpoint fsyncs the log and the file; every 8192 pages (32 MiB)
-# instead of every 1000 makes a one-row commit about a sixth cheaper, and each
-# checkpoint writes a page that many commits touched once. The log file stays
-# at that size afterwards (it is reused, not regrown).
-_WAL_AUTOCHECKPOINT = 8192
+# The log (``-wal``) is checkpointed by a thread of each writing process (see
+# _Checkpointer), which restarts it once it holds this many pages (32 MiB; SQLite's
+# default auto-checkpoint is at 1000, 4 MiB: a checkpoint fsyncs the log and the
+# file, and each writes a page that many commits touched once). The log file stays
+# at its largest size afterwards (it is reused, not regrown).
+_WAL_RESTART = 8192
+# Pages before a writer checkpoints on commit itself (SQLite's auto-checkpoint): only
+# when the background checkpoints have fallen behind (64 MiB).
+_WAL_AUTOCHECKPOINT = 16384
+# The background checkpointer waits at least this long between checkpoints, and
+# this long at most for the write lock and for readers to leave the log before a
+# restart (then it tries again after a later commit).
+_CHECKPOINT_INTERVAL = 0.05
+_CHECKPOINT_WAIT = 0.2
 
 _CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
 
@@ -181,6 +190,131 @@ _INHERITED: list[sqlite3.Connection] = []
 
 # SQLite's primary result codes for a damaged file: SQLITE_CORRUPT, SQLITE_NOTADB.
 _DAMAGED_CODES = (11, 26)
+
+
+class _Checkpointer:
+    """Checkpoints one store's log on a thread of its own, so that writers do not wait.
+
+    A checkpoint copies the pages committed to the log (``-wal``) into the database
+    file and fsyncs both. SQLite's auto-checkpoint runs it in the committing writer,
+    which waits for the copy and both fsyncs (about a sixth of a 100k-row fill with
+    ``add_batch``); here it runs beside the writers, as SQLite's WAL documentation
+    suggests. After each commit the thread runs a PASSIVE checkpoint (it never
+    blocks readers or writers), at most one per :data:`_CHECKPOINT_INTERVAL`; once
+    the log holds :data:`_WAL_RESTART` pages, a RESTART checkpoint, so that the next
+    commit writes the log from its start again: it copies what is left, waiting at
+    most :data:`_CHECKPOINT_WAIT` for the write lock and for readers to leave the
+    log. A checkpoint that cannot run now (busy, disk full) is logged at DEBUG and
+    tried after a later commit; should the thread fall behind, the writers' own
+    auto-checkpoint at :data:`_WAL_AUTOCHECKPOINT` pages bounds the log.
+
+    A daemon thread with its own connection; :meth:`close` stops and joins it, and
+    a process exiting mid-checkpoint leaves the file consistent (a checkpoint is
+    crash-safe). A fork waits until the thread is out of SQLite (inside it, the
+    thread may hold one of SQLite's process-wide locks, which the child would
+    inherit held by no thread); the child does without the parent's thread and
+    starts its own with its first commit.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._wake = threading.Event()
+        self._busy = threading.Lock()  # held by the thread while it is in SQLite
+        self._closed = False
+        self._conn: sqlite3.Connection | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"replaystore-checkpoint:{path.name}", daemon=True
+        )
+        _CHECKPOINTERS.add(self)
+        self._thread.start()
+
+    def poke(self) -> None:
+        """A commit was made: checkpoint soon."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Ask the thread to stop (it then closes its connection), without waiting."""
+        self._closed = True
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop the thread (after the checkpoint under way, if any) and wait for it."""
+        self.stop()
+        self._thread.join()
+
+    def orphan(self) -> None:
+        """In a forked child: the thread is not there, and its connection must never be
+        closed here (closing it could checkpoint and delete the parent's log)."""
+        self._closed = True
+        if self._conn is not None:
+            _INHERITED.append(self._conn)
+
+    def _run(self) -> None:
+        conn = None
+        try:
+            while True:
+                with self._busy:  # held in SQLite: a fork waits (see _quiesce_checkpointers)
+                    if self._closed:
+                        return
+                    if conn is None:
+                        conn = self._conn = sqlite3.connect(
+                            self.path,
+                            timeout=_CHECKPOINT_WAIT,
+                            isolation_level=None,
+                            check_same_thread=False,
+                        )
+                    try:
+                        pages = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
+                        if pages >= _WAL_RESTART and not self._closed:
+                            conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                    except sqlite3.Error as exc:
+                        log.debug("%s: background checkpoint not done (%s)", self.path, exc)
+                if self._closed:
+                    return
+                time.sleep(_CHECKPOINT_INTERVAL)
+                self._wake.wait()
+                self._wake.clear()
+        except sqlite3.Error as exc:
+            log.debug("%s: no background checkpoints (%s)", self.path, exc)
+        finally:
+            with self._busy:
+                self._conn = None
+                if conn is not None:
+                    conn.close()
+
+
+# Every live checkpointer of this process. At a fork each one's thread is kept out
+# of SQLite (a thread inside it could hold one of SQLite's process-wide locks, which
+# the child would inherit held by no one), and in the child each one is orphaned.
+_CHECKPOINTERS: weakref.WeakSet[_Checkpointer] = weakref.WeakSet()
+_QUIESCED: list[_Checkpointer] = []
+
+
+def _quiesce_checkpointers() -> None:
+    _QUIESCED[:] = list(_CHECKPOINTERS)
+    for checkpointer in _QUIESCED:
+        checkpointer._busy.acquire()
+
+
+def _resume_checkpointers() -> None:
+    for checkpointer in _QUIESCED:
+        checkpointer._busy.release()
+    _QUIESCED.clear()
+
+
+def _orphan_checkpointers() -> None:
+    for checkpointer in list(_CHECKPOINTERS):
+        checkpointer.orphan()
+    _CHECKPOINTERS.clear()
+    _resume_checkpointers()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere there is no fork
+    os.register_at_fork(
+        before=_quiesce_checkpointers,
+        after_in_parent=_resume_checkpointers,
+        after_in_child=_orphan_checkpointers,
+    )
 
 
 def _is_damage(exc: sqlite3.Error) -> bool:
@@ -329,6 +463,8 @@ class SqliteStorage(Storage):
         self.path = Path(path)
         self.timeout = float(timeout)
         self._conn: sqlite3.Connection | None = None
+        self._checkpointer: _Checkpointer | None = None
+        self._wal = False
         self._pid = os.getpid()
         self._lock = threading.RLock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -353,6 +489,8 @@ class SqliteStorage(Storage):
         self.__dict__.setdefault("decoders", None)
         self.__dict__.setdefault("synchronous", "NORMAL")
         self._conn = None
+        self._checkpointer = None
+        self._wal = False
         self._pid = os.getpid()
         self._lock = threading.RLock()
 
@@ -368,6 +506,7 @@ class SqliteStorage(Storage):
                     if self._conn is not None:
                         _INHERITED.append(self._conn)
                         self._conn = None
+                    self._checkpointer = None  # the parent's, orphaned at the fork
                     self._lock = threading.RLock()
                     self._pid = os.getpid()  # last: a thread seeing it finds the new lock
         return self._lock
@@ -424,7 +563,8 @@ class SqliteStorage(Storage):
                 if _is_damage(exc):
                     raise _damaged(self.path, exc) from exc
                 raise StorageError(f"{self.path} is not a usable SQLite store: {exc}") from exc
-        if str(mode).lower() != "wal":
+        self._wal = str(mode).lower() == "wal"
+        if not self._wal:
             log.warning("%s: journal_mode is %s, not WAL", self.path, mode)
         conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_AUTOCHECKPOINT}")
         conn.execute(_ROW_VIEW)
@@ -433,11 +573,26 @@ class SqliteStorage(Storage):
         return conn
 
     def close(self) -> None:
-        """Close this process's connection (it reopens on the next call)."""
+        """Close this process's connection and stop its background checkpoints (both
+        start again with the next call)."""
         with self._guard():
+            if self._checkpointer is not None:
+                self._checkpointer.close()
+                self._checkpointer = None
             if self._conn is not None:
                 self._conn.close()
             self._conn = None
+
+    def _committed(self) -> None:
+        """After a commit, under the thread lock: wake the background checkpointer
+        (started by this process's first commit; see :class:`_Checkpointer`)."""
+        checkpointer = self._checkpointer
+        if checkpointer is None:
+            if not self._wal:
+                return
+            checkpointer = self._checkpointer = _Checkpointer(self.path)
+            weakref.finalize(self, checkpointer.stop)
+        checkpointer.poke()
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -473,6 +628,7 @@ class SqliteStorage(Storage):
                         conn.execute("ROLLBACK")
                     raise
                 conn.execute("COMMIT")
+                self._committed()
             except sqlite3.DatabaseError as exc:
                 if _is_damage(exc):
                     raise _damaged(self.path, exc) from exc
@@ -490,6 +646,7 @@ class SqliteStorage(Storage):
             try:
                 if self.max_capacity is None:
                     conn.execute(_INSERT_ONE, p)
+                    self._committed()
                     return
                 with self._write() as conn:
                     conn.execute(_INSERT_ONE, p)

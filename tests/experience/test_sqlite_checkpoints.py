@@ -1,0 +1,163 @@
+"""The SQLite store's log is checkpointed by a thread of the writing process, not by its writers.
+
+Before, each writer ran SQLite's auto-checkpoint inside a commit every 8192 log
+pages: that commit waited for the copy into the database file and two fsyncs.
+Here the writers' own auto-checkpoint is set out of reach, so the database file
+can only grow, and the log only stay small, if the background thread works.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from replaystore.experience import SqliteStorage
+from replaystore.experience.storage import sqlite as sqlite_module
+
+from .helpers import episode
+
+FORKS = 40  # stores, each forked right after its first commit
+BIG = {"text": "x" * 2000}  # a row of about 2 kB: a 100-row batch writes ~50 log pages
+
+
+def _checkpointers() -> list[threading.Thread]:
+    return [
+        t
+        for t in threading.enumerate()
+        if t.name.startswith("replaystore-checkpoint") and t.is_alive()
+    ]
+
+
+def _wait_for(condition, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+@pytest.fixture
+def no_writer_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_module, "_WAL_AUTOCHECKPOINT", 1_000_000)  # never, here
+    # (raising=False: the same test runs, and fails, on a version without the thread)
+    monkeypatch.setattr(sqlite_module, "_WAL_RESTART", 64, raising=False)
+    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_INTERVAL", 0.0, raising=False)
+
+
+def test_the_log_is_copied_and_restarted_by_the_background_thread(
+    tmp_path: Path, no_writer_checkpoints: None
+) -> None:
+    path = tmp_path / "s.sqlite"
+    store = SqliteStorage(path)
+    wal = Path(f"{path}-wal")
+    written = 0
+    for b in range(40):
+        store.add_batch(episode(f"t{b}", 100, state=BIG))
+        written += 100
+        time.sleep(0.005)  # a writer that also does other work between its batches
+    # The rows (~8 MB) reached the database file, which only a checkpoint writes.
+    assert _wait_for(lambda: path.stat().st_size > 8_000_000), path.stat().st_size
+    # The log was restarted along the way: it never held most of what was written.
+    assert wal.stat().st_size < path.stat().st_size / 2, (wal.stat().st_size, path.stat().st_size)
+    assert store.size() == written
+    assert store.integrity_check() == "ok"
+    reopened = SqliteStorage(path)
+    assert reopened.size() == written
+    assert [r.id for r in reopened.get_all()] == [r.id for r in store.get_all()]
+    reopened.close()
+    store.close()
+
+
+def test_one_row_stores_are_checkpointed_too(tmp_path: Path, no_writer_checkpoints: None) -> None:
+    path = tmp_path / "s.sqlite"
+    store = SqliteStorage(path)
+    for row in episode("t", 500, state=BIG):
+        store.add(row)
+    assert _wait_for(lambda: path.stat().st_size > 1_000_000), path.stat().st_size
+    assert store.size() == 500
+    store.close()
+
+
+def test_close_and_garbage_collection_stop_the_thread(tmp_path: Path) -> None:
+    before = set(_checkpointers())
+    store = SqliteStorage(tmp_path / "s.sqlite")
+    assert set(_checkpointers()) == before  # no thread until the first commit
+    store.add_batch(episode("a", 5))
+    started = set(_checkpointers()) - before
+    assert len(started) == 1
+    store.close()
+    assert not any(t.is_alive() for t in started)
+    store.add_batch(episode("b", 5))  # a later commit starts one again
+    again = set(_checkpointers()) - before
+    assert len(again) == 1
+    del store
+    gc.collect()
+    assert _wait_for(lambda: not any(t.is_alive() for t in again))
+
+
+def test_a_forked_child_writes_with_its_own_thread_and_the_parent_keeps_its_log(
+    tmp_path: Path,
+) -> None:
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    path = tmp_path / "s.sqlite"
+    store = SqliteStorage(path)
+    store.add_batch(episode("parent", 50))  # the parent's thread and connection exist
+    pid = os.fork()
+    if pid == 0:  # the child: write, then leave without running the parent's cleanup
+        code = 1
+        try:
+            store.add_batch(episode("child", 50))
+            code = 0 if store.size() == 100 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.add_batch(episode("parent-again", 50))
+    assert store.size() == 150
+    assert store.integrity_check() == "ok"
+    store.close()
+    assert SqliteStorage(path).size() == 150
+
+
+def test_forks_while_the_thread_is_in_sqlite_never_leave_a_child_stuck(tmp_path: Path) -> None:
+    """A child forked while the parent's thread was inside SQLite (opening its
+    connection, right after the first commit, or checkpointing) could hang in its
+    first SQLite call: a lock of SQLite's, inherited held by no thread. A fork now
+    waits until the thread is out of SQLite."""
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    stores = []
+    for i in range(FORKS):
+        store = SqliteStorage(tmp_path / f"s{i}.sqlite")
+        stores.append(store)
+        store.add_batch(episode(f"p{i}", 20, state=BIG))  # starts the thread: it connects now
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                store.add_batch(episode(f"c{i}", 5))
+                code = 0
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 20
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail(f"the child of fork {i} is stuck")
+            time.sleep(0.005)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert store.size() == 25
+    for store in stores:
+        assert store.integrity_check() == "ok"
+        store.close()
