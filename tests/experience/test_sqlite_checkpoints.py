@@ -161,3 +161,25 @@ def test_forks_while_the_thread_is_in_sqlite_never_leave_a_child_stuck(tmp_path:
     for store in stores:
         assert store.integrity_check() == "ok"
         store.close()
+
+
+def test_a_commit_stands_when_no_thread_can_be_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The commit is made before the thread is started: a process out of threads gets
+    a warning (writers then checkpoint themselves), not an error for a stored batch."""
+
+    def no_thread(path: Path) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(sqlite_module, "_Checkpointer", no_thread)
+    store = SqliteStorage(tmp_path / "s.sqlite")
+    with caplog.at_level("WARNING", logger="replaystore.experience.sqlite"):
+        store.add_batch(episode("a", 5))
+        store.add(episode("b", 1)[0])
+    assert store.size() == 6
+    assert [r.message for r in caplog.records].count(
+        f"{tmp_path / 's.sqlite'}: no background checkpoints (can't start new thread); "
+        "writers checkpoint every 16384 pages"
+    ) == 1
+    store.close()
