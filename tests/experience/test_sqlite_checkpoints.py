@@ -18,6 +18,7 @@ import pytest
 
 from replaystore.experience import SqliteStorage
 from replaystore.experience.storage import sqlite as sqlite_module
+from waiting import wait_until
 
 from .helpers import episode
 
@@ -33,13 +34,30 @@ def _checkpointers() -> list[threading.Thread]:
     ]
 
 
-def _wait_for(condition, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
+def _write_in_a_child(store: SqliteStorage, task: str, rows: int, size: int) -> int | None:
+    """Fork; the child stores ``rows`` rows of ``task`` through ``store`` and exits 0 if
+    the store then holds ``size`` rows (2 if not, 1 on an error). Returns the child's
+    exit code, or None when it was still running after 20 s (it is killed)."""
+    pid = os.fork()
+    if pid == 0:  # the child: leave without running the parent's cleanup
+        code = 1
+        try:
+            store.add_batch(episode(task, rows))
+            code = 0 if store.size() == size else 2
+        finally:
+            os._exit(code)
+    statuses: list[int] = []
+
+    def reaped() -> bool:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        statuses.append(status)
+        return done == pid
+
+    if wait_until(reaped, 20):
+        return os.waitstatus_to_exitcode(statuses[-1])
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None
 
 
 @pytest.fixture
@@ -62,7 +80,7 @@ def test_the_log_is_copied_and_restarted_by_the_background_thread(
         written += 100
         time.sleep(0.005)  # a writer that also does other work between its batches
     # The rows (~8 MB) reached the database file, which only a checkpoint writes.
-    assert _wait_for(lambda: path.stat().st_size > 8_000_000), path.stat().st_size
+    assert wait_until(lambda: path.stat().st_size > 8_000_000), path.stat().st_size
     # The log was restarted along the way: it never held most of what was written.
     assert wal.stat().st_size < path.stat().st_size / 2, (wal.stat().st_size, path.stat().st_size)
     assert store.size() == written
@@ -79,7 +97,7 @@ def test_one_row_stores_are_checkpointed_too(tmp_path: Path, no_writer_checkpoin
     store = SqliteStorage(path)
     for row in episode("t", 500, state=BIG):
         store.add(row)
-    assert _wait_for(lambda: path.stat().st_size > 1_000_000), path.stat().st_size
+    assert wait_until(lambda: path.stat().st_size > 1_000_000), path.stat().st_size
     assert store.size() == 500
     store.close()
 
@@ -98,7 +116,7 @@ def test_close_and_garbage_collection_stop_the_thread(tmp_path: Path) -> None:
     assert len(again) == 1
     del store
     gc.collect()
-    assert _wait_for(lambda: not any(t.is_alive() for t in again))
+    assert wait_until(lambda: not any(t.is_alive() for t in again))
 
 
 def test_a_forked_child_writes_with_its_own_thread_and_the_parent_keeps_its_log(
@@ -109,16 +127,7 @@ def test_a_forked_child_writes_with_its_own_thread_and_the_parent_keeps_its_log(
     path = tmp_path / "s.sqlite"
     store = SqliteStorage(path)
     store.add_batch(episode("parent", 50))  # the parent's thread and connection exist
-    pid = os.fork()
-    if pid == 0:  # the child: write, then leave without running the parent's cleanup
-        code = 1
-        try:
-            store.add_batch(episode("child", 50))
-            code = 0 if store.size() == 100 else 2
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert _write_in_a_child(store, "child", 50, size=100) == 0
     store.add_batch(episode("parent-again", 50))
     assert store.size() == 150
     assert store.integrity_check() == "ok"
@@ -138,25 +147,9 @@ def test_forks_while_the_thread_is_in_sqlite_never_leave_a_child_stuck(tmp_path:
         store = SqliteStorage(tmp_path / f"s{i}.sqlite")
         stores.append(store)
         store.add_batch(episode(f"p{i}", 20, state=BIG))  # starts the thread: it connects now
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                store.add_batch(episode(f"c{i}", 5))
-                code = 0
-            finally:
-                os._exit(code)
-        deadline = time.monotonic() + 20
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-                pytest.fail(f"the child of fork {i} is stuck")
-            time.sleep(0.005)
-        assert os.waitstatus_to_exitcode(status) == 0
+        code = _write_in_a_child(store, f"c{i}", 5, size=25)
+        assert code is not None, f"the child of fork {i} is stuck"
+        assert code == 0
         assert store.size() == 25
     for store in stores:
         assert store.integrity_check() == "ok"

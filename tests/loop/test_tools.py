@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from replaystore.loop.tools import (
     training_arguments,
 )
 from replaystore.trajectories.export import export_llamafactory
+from waiting import wait_until
 
 from .fake_tools import make_fake_tools
 
@@ -46,15 +46,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def wait_until(condition, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
 
 
 # ------------------------------------------------------------------ training arguments
