@@ -506,21 +506,6 @@ def fresh_fill_rates(
     return {n: (n / statistics.median(walls[n]), n / statistics.median(cpus[n])) for n in sizes}
 
 
-def back_to_back_cpu_rate(
-    n: int, batch: int, maker: Callable[[int, int], list[Any]], repeats: int
-) -> float:
-    """CPU rows/s of ``repeats`` fills of ``n`` rows run one after another (median; one
-    warm-up fill): each fill finds the rows and memory of the one before it in the cache
-    (the linearity check's 1k figure before it alternated sizes)."""
-    cpus = []
-    for i in range(repeats + 1):
-        cpu: list[float] = []
-        fill(InMemoryStorage(None), n, batch, maker=maker, cpu=cpu)
-        if i:
-            cpus.append(sum(cpu))
-    return n / statistics.median(cpus)
-
-
 def per_row_us(times: list[float], size: int) -> float:
     """Median cost per row (us) of the chunks in the last tenth before ``size`` rows.
 
@@ -740,9 +725,10 @@ def run(quick: bool, peer: Peer) -> str:
                     cpu_rates[(kind, n, batch)] = cpu_rate
                     if n > SMALL:
                         ours[(kind, n, batch)] = wall
-                cpu_rates[(kind, -1_000, batch)] = back_to_back_cpu_rate(
-                    1_000, batch, maker, FRESH_FILLS
-                )
+                # 1k fills alone, back to back (the check before it alternated sizes)
+                cpu_rates[(kind, -1_000, batch)] = fresh_fill_rates(
+                    (1_000,), batch, maker, FRESH_FILLS
+                )[1_000][1]
             for call, batch in (("store", 1), ("store_batch(1000)", 1000)):
                 if top > SMALL:
                     ours[(kind, top, batch)] = rate_at(scaling[f"memory {call}, {kind}"], top)
