@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replaystore.errors import StorageError
+from replaystore.errors import SchemaError, StorageError
 from replaystore.experience import DataRow, Experience, ExpMeta, InMemoryStorage, SqliteStorage
 from replaystore.experience.storage.base import choose
 from replaystore.experience.storage.sqlite import FORMAT
@@ -358,6 +358,44 @@ def test_one_row_stores_write_exactly_what_batches_write(pairs, cuts):
         single.close()
         batched.close()
         assert _tables(one) == _tables(many)
+
+
+def _many_rows(n: int) -> list[DataRow]:
+    return [row(i, f"t{i // 37}", f"a{i % 3}") for i in range(n)]
+
+
+@pytest.mark.parametrize("params_limit", [None, 100])
+def test_big_batches_go_in_by_chunks_exactly_as_one_row_stores(tmp_path, params_limit):
+    # A batch is inserted by multi-row statements of up to 512 rows (fewer where the
+    # connection allows fewer parameters: 100 allows 11 rows, so chunks of 8), its
+    # remainder cut in powers of two: every cut must give the rows, seqs, tasks and
+    # keys that one-row stores give.
+    rows = _many_rows(2_400)
+    single = SqliteStorage(tmp_path / "one.sqlite")
+    batched = SqliteStorage(tmp_path / "many.sqlite")
+    for r in rows:
+        single.add(r)
+    if params_limit is not None:
+        batched.size()  # opens the connection
+        batched._conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, params_limit)
+    for lo, hi in itertools.pairwise([0, 1, 8, 520, 1_033, 1_034, 2_400]):
+        batched.add_batch(rows[lo:hi])
+    single.close()
+    batched.close()
+    assert _tables(tmp_path / "one.sqlite") == _tables(tmp_path / "many.sqlite")
+
+
+def test_a_duplicate_in_a_later_chunk_leaves_nothing_of_the_batch(tmp_path):
+    store = SqliteStorage(tmp_path / "s.sqlite")
+    store.add_batch(_many_rows(3))
+    before = _tables(tmp_path / "s.sqlite")
+    batch = _many_rows(1_000)[3:]
+    batch[900] = row(1, "t0")  # r1 is stored already; rows before it fill two chunks
+    with pytest.raises(SchemaError, match="'r1' is already stored; batch not stored"):
+        store.add_batch(batch)
+    assert store.size() == 3
+    store.close()
+    assert _tables(tmp_path / "s.sqlite") == before
 
 
 @settings(max_examples=30, deadline=None)
