@@ -103,6 +103,7 @@ __all__ = [
     "difficulty_category",
     "is_text_only_model_error",
     "looks_blocked",
+    "take_screenshot",
 ]
 
 logger = logging.getLogger("replaystore.rollouts.collector")
@@ -517,7 +518,7 @@ class RolloutCollector:
     ) -> tuple[Observation, str | None]:
         """Screenshot + snapshot -> Observation, and why the page is an anti-bot wall (or None)."""
         t0 = time.perf_counter()
-        png = await page.screenshot(type="png", caret="hide")
+        png = await take_screenshot(page, str(run.task.task_id))
         t1 = time.perf_counter()
         snap = await page_snapshot(page)
         t2 = time.perf_counter()
@@ -1052,6 +1053,37 @@ class _Iteration:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+SCREENSHOT_TRIES = 3
+
+
+async def take_screenshot(page: Any, task_id: str, tries: int = SCREENSHOT_TRIES) -> bytes:
+    """``page``'s PNG screenshot, tried up to ``tries`` times (0.1 s, then 0.2 s apart).
+
+    Chromium sometimes refuses a capture on a busy machine ("Unable to capture
+    screenshot": its compositor had no frame ready) and gives one a moment later;
+    one such refusal should not fail the whole task. A closed page is not retried.
+
+    Raises:
+        playwright.async_api.Error: every try failed (the last try's error).
+    """
+    from playwright.async_api import Error as PlaywrightError
+
+    attempt = 1
+    while True:
+        try:
+            png: bytes = await page.screenshot(type="png", caret="hide")
+            return png
+        except PlaywrightError as exc:
+            if attempt >= tries or page.is_closed():
+                raise
+            first_line = (str(exc).strip().splitlines() or [repr(exc)])[0]
+            logger.warning(
+                "screenshot failed (try %d/%d, task %s): %s", attempt, tries, task_id, first_line
+            )
+            await asyncio.sleep(0.1 * 2 ** (attempt - 1))
+            attempt += 1
 
 
 def _account(timings: dict[str, float], before: dict[str, float], t_start: float) -> None:
