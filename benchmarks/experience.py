@@ -990,7 +990,7 @@ def run(quick: bool, peer: Peer) -> str:
             "SQLite store (one commit per row, WAL, synchronous=NORMAL) >= 20k rows/s",
             f"dict {_k(sqlite_one['dict'])}, pydantic {_k(sqlite_one['pydantic'])} "
             f"(raw sqlite3 floor {_k(floor)})",
-            _met(sqlite_one["dict"] >= 20e3),
+            _met(min(sqlite_one.values()) >= 20e3),
         ],
         [
             f"SQLite sample_task(32) with eq <= 5 ms at {top:,} rows",
