@@ -390,7 +390,9 @@ def test_a_duplicate_in_a_later_chunk_leaves_nothing_of_the_batch(tmp_path):
     store.add_batch(_many_rows(3))
     before = _tables(tmp_path / "s.sqlite")
     batch = _many_rows(1_000)[3:]
-    batch[900] = row(1, "t0")  # r1 is stored already; rows before it fill two chunks
+    # r1 is stored already; it is in the batch's fourth statement (997 rows: 512, 256,
+    # 128, 64, ...), after 896 of the batch's rows were inserted
+    batch[900] = row(1, "t0")
     with pytest.raises(SchemaError, match="'r1' is already stored; batch not stored"):
         store.add_batch(batch)
     assert store.size() == 3

@@ -730,7 +730,7 @@ class SqliteStorage(Storage):
         # allows), then the remainder's powers of two (1000 rows: 512, 256, 128, 64,
         # 32, 8).
         limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // _ROW_PARAMS
-        chunk = min(_CHUNK_ROWS, 1 << (limit.bit_length() - 1))
+        chunk = min(_CHUNK_ROWS, 1 << max(limit.bit_length() - 1, 0))
         flat = [v for seq, p in enumerate(params, first) for v in (seq, *p)]
         n = len(params)
         start = 0
