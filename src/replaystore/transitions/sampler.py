@@ -344,11 +344,24 @@ class TransitionSampler:
 
         ``extra`` entries (same leading length) are added as they are.
         """
-        out = {name: col.index_select(0, idx) for name, col in self._column_items}
-        if extra:
-            out.update(extra)
-        if self._batch_device is not None:
-            out = {k: v.to(self._batch_device) for k, v in out.items()}
+        batch_device = self._batch_device
+        if batch_device is None:
+            out = {name: col.index_select(0, idx) for name, col in self._column_items}
+            if extra:
+                out.update(extra)
+        else:
+            # Each column's rows go to the batch device before the next column is
+            # gathered, so one host copy is alive at a time. With all of them kept
+            # at once (14 MiB for 256 Atari-like rows) a sample_batch(256) took
+            # 2.8 ms against 1.5 ms for index_select + .to per column on an H200
+            # host (2026-11-26; most likely the allocator returning and faulting in
+            # the 14 MiB on every call).
+            out = {
+                name: col.index_select(0, idx).to(batch_device)
+                for name, col in self._column_items
+            }
+            if extra:
+                out.update({k: v.to(batch_device) for k, v in extra.items()})
         return batch_tensordict(out, idx.shape[0], self.device)
 
     def gather_fields(self, names: list[str], idx: torch.Tensor) -> dict[str, torch.Tensor]:
