@@ -52,6 +52,7 @@ from transitions import (
     Batch,
     Workload,
     atari,
+    batches,
     cartpole,
     make_pool,
     write_generated,
@@ -77,16 +78,6 @@ def _synced(fn: Callable[[], object]) -> Callable[[], None]:
         _sync()
 
     return call
-
-
-def _batches(pool: Batch, n_rows: int) -> list[Batch]:
-    """Consecutive 256-row batches cycling through ``pool``, ``n_rows`` rows in all."""
-    size = len(pool["done"])
-    out = []
-    for start in range(0, n_rows, BATCH):
-        idx = np.arange(start, start + BATCH) % size
-        out.append({k: v[idx] for k, v in pool.items()})
-    return out
 
 
 class CudaFloor:
@@ -130,7 +121,8 @@ def _ours(wl: Workload, storing: str, sampler: str) -> Any:
 def bench_workload(wl: Workload, repeats: int) -> tuple[list[list[str]], list[list[str]]]:
     """(table rows, target rows) for one workload."""
     pool = make_pool(wl, np.random.default_rng(0))
-    fill = _batches(pool, wl.capacity)
+    batch = batches(pool, BATCH)[0]
+    pool_rows = len(pool["done"])
     cuda, cpu = DEVICE, torch.device("cpu")
     rows: list[list[str]] = []
     targets: list[list[str]] = []
@@ -145,9 +137,9 @@ def bench_workload(wl: Workload, repeats: int) -> tuple[list[list[str]], list[li
     ]  # fmt: skip
     for label, make_ours, make_floor in setups:
         ours, floor = make_ours(), make_floor()
-        for b in fill:
-            ours.add_batch(b)
-            floor.add_batch(b)
+        for _ in range(-(-wl.capacity // pool_rows)):  # full, as transitions.Impl.fill
+            ours.add_batch(pool)
+            floor.add_batch(pool)
         _sync()
         if "prioritized" in label:
 
@@ -165,10 +157,10 @@ def bench_workload(wl: Workload, repeats: int) -> tuple[list[list[str]], list[li
             median_seconds, _synced(lambda f=floor: f.sample(BATCH)), repeats, 20
         )
         add_ours = best_of_rounds(
-            median_seconds, _synced(lambda o=ours, b=fill[0]: o.add_batch(b)), repeats, 20
+            median_seconds, _synced(lambda o=ours: o.add_batch(batch)), repeats, 20
         )
         add_floor = best_of_rounds(
-            median_seconds, _synced(lambda f=floor, b=fill[0]: f.add_batch(b)), repeats, 20
+            median_seconds, _synced(lambda f=floor: f.add_batch(batch)), repeats, 20
         )
         rows.append(
             [

@@ -139,8 +139,8 @@ _ASSIGNED = (
 _SYNCHRONOUS = ("NORMAL", "FULL")
 
 _COLUMNS = "seq, id, " + ", ".join(META_FIELDS) + ", data"
-_ROW_VALUES = "(?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_ROW_PARAMS = 9
+_ROW_PARAMS = len(_COLUMNS.split(", "))
+_ROW_VALUES = "(" + ", ".join(["?"] * _ROW_PARAMS) + ")"
 # A batch's rows go in through multi-row INSERT statements of up to this many rows
 # (4,608 parameters; SQLite allows 32,766 since 3.32, builds before that 999, and
 # a build may set its own: fewer rows a statement where the connection's limit is
