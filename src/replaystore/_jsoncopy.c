@@ -562,35 +562,30 @@ check_attr(PyObject *obj, PyObject *name, PyTypeObject *want)
     return ok;
 }
 
-static PyObject *
-jsoncopy_check_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* 1: the row passes (see check_row); 0: it does not; -1: error. */
+static int
+row_ok(PyObject *row, PyTypeObject *row_cls, PyTypeObject *meta_cls, PyTypeObject *exp_cls,
+       PyObject *spec)
 {
-    if (nargs != 5 || !PyType_Check(args[1]) || !PyType_Check(args[2]) ||
-        !PyType_Check(args[3]) || !PyTuple_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "check_row(row, row_cls, meta_cls, exp_cls, spec) takes 3 types and a tuple");
-        return NULL;
-    }
-    PyObject *row = args[0], *spec = args[4];
-    if (Py_TYPE(row) != (PyTypeObject *)args[1])
-        Py_RETURN_FALSE;
+    if (Py_TYPE(row) != row_cls)
+        return 0;
     PyObject *row_id = PyObject_GetAttr(row, names_id);
     if (row_id == NULL)
-        return NULL;
+        return -1;
     int ok = Py_TYPE(row_id) == &PyUnicode_Type && PyUnicode_IS_ASCII(row_id) &&
              PyUnicode_GET_LENGTH(row_id) > 0;
     Py_DECREF(row_id);
     if (!ok)
-        Py_RETURN_FALSE;
-    int rc = check_attr(row, names_data, (PyTypeObject *)args[3]);
+        return 0;
+    int rc = check_attr(row, names_data, exp_cls);
     if (rc <= 0)
-        return rc < 0 ? NULL : Py_NewRef(Py_False);
+        return rc;
     PyObject *meta = PyObject_GetAttr(row, names_meta);
     if (meta == NULL)
-        return NULL;
-    if (Py_TYPE(meta) != (PyTypeObject *)args[2]) {
+        return -1;
+    if (Py_TYPE(meta) != meta_cls) {
         Py_DECREF(meta);
-        Py_RETURN_FALSE;
+        return 0;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(spec);
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -599,23 +594,179 @@ jsoncopy_check_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             !PyUnicode_Check(PyTuple_GET_ITEM(pair, 1))) {
             Py_DECREF(meta);
             PyErr_SetString(PyExc_TypeError, "spec must hold (name, kind) pairs");
-            return NULL;
+            return -1;
         }
         const char *kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(pair, 1));
         PyObject *value = kind == NULL ? NULL : PyObject_GetAttr(meta, PyTuple_GET_ITEM(pair, 0));
         if (value == NULL) {
             Py_DECREF(meta);
-            return NULL;
+            return -1;
         }
         ok = kind_ok(value, kind[0]);
         Py_DECREF(value);
         if (!ok) {
             Py_DECREF(meta);
-            Py_RETURN_FALSE;
+            return 0;
         }
     }
     Py_DECREF(meta);
-    Py_RETURN_TRUE;
+    return 1;
+}
+
+static int
+check_types(PyObject *const *args, int spec_at)
+{
+    if (!PyType_Check(args[0]) || !PyType_Check(args[1]) || !PyType_Check(args[2]) ||
+        !PyTuple_Check(args[spec_at])) {
+        PyErr_SetString(PyExc_TypeError, "row_cls, meta_cls, exp_cls must be types, spec a tuple");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+jsoncopy_check_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5 || check_types(args + 1, 3) < 0) {
+        if (nargs != 5)
+            PyErr_SetString(PyExc_TypeError,
+                            "check_row(row, row_cls, meta_cls, exp_cls, spec) takes 5 arguments");
+        return NULL;
+    }
+    int rc = row_ok(args[0], (PyTypeObject *)args[1], (PyTypeObject *)args[2],
+                    (PyTypeObject *)args[3], args[4]);
+    if (rc < 0)
+        return NULL;
+    return PyBool_FromLong(rc);
+}
+
+/* The payload of an experience as dumps_encoders writes the dict {name: getattr(exp,
+ * name) for name in names}: 0 written into b, 1 declined, -1 error. */
+static int
+put_payload(sbuf *b, PyObject *exp, PyObject *names, PyObject *encoders)
+{
+    if (sb_put(b, "{", 1) < 0)
+        return -1;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(names); k++) {
+        PyObject *name = PyTuple_GET_ITEM(names, k);
+        if (k && sb_put(b, ",", 1) < 0)
+            return -1;
+        int rc = put_string(b, name);
+        if (rc)
+            return rc;
+        if (sb_put(b, ":", 1) < 0)
+            return -1;
+        PyObject *value = PyObject_GetAttr(exp, name);
+        if (value == NULL)
+            return -1;
+        rc = put_value(b, value, 1, encoders);
+        Py_DECREF(value);
+        if (rc)
+            return rc;
+    }
+    return sb_put(b, "}", 1);
+}
+
+/* records(rows, start, row_cls, meta_cls, exp_cls, spec, payload_names, encoders, out):
+ * for rows[start], rows[start + 1], ... that pass check_row and whose payload
+ * dumps_encoders writes, append to the list `out` None (a slot for the caller), the
+ * row's id, its metadata values in spec order and the payload's JSON text. Stops at
+ * the first row it cannot take and returns its index (len(rows) when it took them
+ * all): the caller encodes that one its own way and calls again from the next. */
+static PyObject *
+jsoncopy_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "records(rows, start, row_cls, meta_cls, exp_cls, spec, payload_names, "
+                        "encoders, out) takes 9 arguments");
+        return NULL;
+    }
+    PyObject *rows = args[0], *spec = args[5], *names = args[6], *encoders = args[7];
+    PyObject *out = args[8];
+    if (check_types(args + 2, 3) < 0)
+        return NULL;
+    if (!(PyList_CheckExact(rows) || PyTuple_CheckExact(rows)) || !PyTuple_Check(names) ||
+        !PyDict_CheckExact(encoders) || !PyList_CheckExact(out)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "records() takes a list or tuple of rows, a tuple of payload names, a "
+                        "dict of encoders and a list to append to");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(names); k++) {
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(names, k))) {
+            PyErr_SetString(PyExc_TypeError, "payload names must be str");
+            return NULL;
+        }
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]);
+    if (start == -1 && PyErr_Occurred())
+        return NULL;
+    PyTypeObject *row_cls = (PyTypeObject *)args[2], *meta_cls = (PyTypeObject *)args[3];
+    PyTypeObject *exp_cls = (PyTypeObject *)args[4];
+    Py_ssize_t n_spec = PyTuple_GET_SIZE(spec);
+    sbuf b = {NULL, 0, 0};
+    b.buf = PyMem_Malloc(512);
+    if (b.buf == NULL)
+        return PyErr_NoMemory();
+    b.cap = 512;
+    Py_ssize_t i = start < 0 ? 0 : start;
+    for (; i < PySequence_Fast_GET_SIZE(rows); i++) {
+        PyObject *row = PySequence_Fast_GET_ITEM(rows, i);
+        int rc = row_ok(row, row_cls, meta_cls, exp_cls, spec);
+        if (rc < 0)
+            goto error;
+        if (rc == 0)
+            break;
+        PyObject *exp = PyObject_GetAttr(row, names_data);
+        if (exp == NULL)
+            goto error;
+        b.len = 0;
+        rc = put_payload(&b, exp, names, encoders);
+        Py_DECREF(exp);
+        if (rc < 0)
+            goto error;
+        if (rc > 0)
+            break;
+        Py_ssize_t at = PyList_GET_SIZE(out);
+        if (PyList_Append(out, Py_None) < 0)
+            goto error;
+        PyObject *value = PyObject_GetAttr(row, names_id);
+        if (value == NULL || PyList_Append(out, value) < 0) {
+            Py_XDECREF(value);
+            goto undo;
+        }
+        Py_DECREF(value);
+        PyObject *meta = PyObject_GetAttr(row, names_meta);
+        if (meta == NULL)
+            goto undo;
+        for (Py_ssize_t k = 0; k < n_spec; k++) {
+            PyObject *name = PyTuple_GET_ITEM(PyTuple_GET_ITEM(spec, k), 0);
+            value = PyObject_GetAttr(meta, name);
+            if (value == NULL || PyList_Append(out, value) < 0) {
+                Py_XDECREF(value);
+                Py_DECREF(meta);
+                goto undo;
+            }
+            Py_DECREF(value);
+        }
+        Py_DECREF(meta);
+        value = PyUnicode_DecodeUTF8(b.buf, b.len, "strict");
+        if (value == NULL || PyList_Append(out, value) < 0) {
+            Py_XDECREF(value);
+            goto undo;
+        }
+        Py_DECREF(value);
+        continue;
+    undo: /* the row's slots appended so far are taken back */
+        PyList_SetSlice(out, at, PyList_GET_SIZE(out), NULL);
+        goto error;
+    }
+    PyMem_Free(b.buf);
+    return PyLong_FromSsize_t(i);
+error:
+    PyMem_Free(b.buf);
+    return NULL;
 }
 
 static PyObject *
@@ -643,6 +794,9 @@ static PyMethodDef methods[] = {
      "check_row(row, row_cls, meta_cls, exp_cls, spec) -> whether row passes without a copy."},
     {"dumps_encoders", (PyCFunction)(void (*)(void))jsoncopy_dumps_encoders, METH_FASTCALL,
      "dumps_encoders(value, encoders) -> dumps, with models and dataclasses by their encoders."},
+    {"records", (PyCFunction)(void (*)(void))jsoncopy_records, METH_FASTCALL,
+     "records(rows, start, row_cls, meta_cls, exp_cls, spec, payload_names, encoders, out) "
+     "-> index of the first row not appended to out."},
     {"dumps", jsoncopy_dumps, METH_O,
      "dumps(value) -> compact JSON text as replaystore's encoder writes it, or NotImplemented."},
     {NULL, NULL, 0, NULL},

@@ -36,6 +36,8 @@ from replaystore.experience import (
 from replaystore.experience.rows import (
     _META_SPEC,
     PAYLOAD_FIELDS,
+    RECORD_SLOTS,
+    encode_flat,
     encode_records,
     encode_row,
     to_json_value,
@@ -271,6 +273,63 @@ def test_compiled_and_python_encoders_write_the_same_text(state, actions):
         assert compiled == python
     else:  # ...but a ValueError from a model's serialiser, which the generic path then names
         pytest.fail(f"compiled encoder declined what the Python one wrote: {python!r:.200}")
+
+
+@SETTINGS
+@given(
+    payloads=st.lists(st.tuples(STATE, ACTIONS), min_size=1, max_size=6),
+    bad_ids=st.sets(st.integers(0, 5), max_size=2),
+    fresh=st.booleans(),
+)
+def test_flat_records_are_each_rows_record_whoever_writes_it(payloads, bad_ids, fresh, monkeypatch):
+    # encode_flat's compiled loop stops at a row it cannot take (a non-ASCII id, a
+    # payload class not seen yet, a value only the generic path writes, an error) and
+    # resumes after it; without the loop, Python writes every row. Either way each
+    # row's slots are None and its record, and an error is the one encode_row raises.
+    rows = [
+        dataclasses.replace(row_of(s, a, i=i), id=f"é{i}" if i in bad_ids else f"r{i}")
+        for i, (s, a) in enumerate(payloads)
+    ]
+    rows_module._resolve_jsoncopy()
+    results = []
+    for compiled in (True, False):
+        with monkeypatch.context() as m:
+            if fresh:  # no class seen yet: the loop declines each one's first row
+                m.setattr(rows_module, "_ENCODERS", {})
+            if not compiled:
+                m.setattr(rows_module, "_ENCODE", [*rows_module._ENCODE[:2], None])
+            try:
+                results.append(encode_flat(rows))
+            except SchemaError as exc:
+                results.append(str(exc))
+    try:
+        records = [
+            encode_row(r, f"data_batch[{i}]", decode=False).record() for i, r in enumerate(rows)
+        ]
+    except SchemaError as exc:
+        assert results == [str(exc)] * 2
+        return
+    expected = [v for record in records for v in (None, *record)]
+    assert results == [expected, expected]
+    assert len(expected) == RECORD_SLOTS * len(rows)
+    assert [type(v) for v in results[0]] == [type(v) for v in expected]
+
+
+def test_the_compiled_records_loop_refuses_arguments_it_cannot_use():
+    rows_module._resolve_jsoncopy()
+    records = rows_module._ENCODE[2]
+    if records is None:
+        pytest.skip("replaystore._jsoncopy is not built")
+    good = ([row_of({})], 0, DataRow, ExpMeta, Experience, _META_SPEC, PAYLOAD_FIELDS, {}, [])
+    out: list[Any] = []
+    assert records(*good[:8], out) == 1 and len(out) == RECORD_SLOTS
+    for at, bad in ((0, {"r": 1}), (2, "DataRow"), (6, ["state"]), (7, None), (8, ())):
+        args = list(good)
+        args[at] = bad
+        with pytest.raises(TypeError):
+            records(*args)
+    with pytest.raises(TypeError, match="takes 9 arguments"):
+        records(*good[:8])
 
 
 def test_a_pydantic_model_is_written_by_its_own_serialiser(monkeypatch):

@@ -434,3 +434,88 @@ def test_task_picks_through_first_seqs_equal_picks_over_every_task_id(
                 fast = store._pick_task_ids(conn, k, cond, np.random.default_rng(seed))
                 assert fast == slow
         store.close()
+
+
+def _statements(store: SqliteStorage) -> list[str]:
+    """The SQL statements the store's connection runs from now on (in order)."""
+    seen: list[str] = []
+    store._connect().set_trace_callback(seen.append)
+    return seen
+
+
+def _bookkeeping(path: Path) -> tuple[list[tuple], set[tuple]]:
+    with sqlite3.connect(path) as conn:
+        tasks = conn.execute("SELECT task_id, first_seq FROM tasks ORDER BY task_id").fetchall()
+        keys = set(conn.execute("SELECT field, value, first_seq, task_id FROM task_keys"))
+    return tasks, keys
+
+
+def test_a_booked_tasks_rows_are_inserted_alone_and_keep_the_bookkeeping_exact(tmp_path):
+    # From the second row of a (task, agent, task name) on, a one-row store runs the
+    # row's insert alone; what the file holds is what the trigger's path writes.
+    fast, slow = SqliteStorage(tmp_path / "fast.sqlite"), SqliteStorage(tmp_path / "slow.sqlite")
+    slow._book = lambda conn, key: None  # type: ignore[method-assign]  # never booked
+    statements = _statements(fast)
+    rows = [row(i, f"t{i // 4}", f"a{i % 2}") for i in range(16)]
+    for r in rows:
+        fast.add(r)
+        slow.add(r)
+    alone = [s for s in statements if "pragma_data_version" in s]
+    # Each (task, agent)'s first row books it, and the connection's very first store
+    # only reads the data_version its bookings start from: 16 - 8 - 1 rows alone.
+    assert len(alone) == 7
+    fast.close()
+    slow.close()
+    assert _tables(tmp_path / "fast.sqlite") == _tables(tmp_path / "slow.sqlite")
+
+
+@pytest.mark.parametrize("how", ["clear", "evict"])
+def test_a_delete_by_another_connection_sends_booked_rows_back_through_the_bookkeeping(
+    tmp_path, how
+):
+    # Store a books task t0; another connection then deletes it (clear, or eviction
+    # of the oldest task). a's next row of t0 must book the task again: inserted
+    # alone, it would leave a row whose task is in neither tasks nor task_keys.
+    path = tmp_path / "s.sqlite"
+    a = SqliteStorage(path)
+    for i in range(3):
+        a.add(row(i, "t0"))
+    assert ("t0", "a0", "nav") in a._booked
+    b = SqliteStorage(path, max_capacity=3 if how == "evict" else None)
+    if how == "clear":
+        b.clear()
+    else:
+        b.add(row(100, "t1"))  # four rows, capacity 3: task t0 goes
+    assert "t0" not in {t for t, _ in _bookkeeping(path)[0]}
+    statements = _statements(a)
+    a.add(row(3, "t0"))
+    assert any("pragma_data_version" in s for s in statements)  # the guarded insert was tried
+    tasks, keys = _bookkeeping(path)
+    seq = {i: s for s, i in seqs_and_ids(path)}
+    assert ("t0", seq["r3"]) in tasks
+    assert {("agent_id", "a0", seq["r3"], "t0"), ("task_name", "nav", seq["r3"], "t0")} <= keys
+    assert a.task_ids({"field": "exp_meta.agent_id", "op": "eq", "value": "a0"})[-1] == "t0"
+
+
+def test_a_delete_by_the_same_connection_forgets_its_bookings(tmp_path):
+    path = tmp_path / "s.sqlite"
+    store = SqliteStorage(path)
+    for i in range(3):
+        store.add(row(i, "t0"))
+    store.clear()
+    assert not store._booked
+    store.add(row(3, "t0"))
+    assert _bookkeeping(path)[0] == [("t0", 4)]
+
+
+def test_a_duplicate_id_on_the_booked_path_is_refused_and_stores_nothing(tmp_path):
+    path = tmp_path / "s.sqlite"
+    store = SqliteStorage(path)
+    for i in range(3):
+        store.add(row(i, "t0"))
+    before = _tables(path)
+    with pytest.raises(SchemaError, match="'r1' is already stored"):
+        store.add(row(1, "t0"))
+    assert _tables(path) == before
+    store.add(row(3, "t0"))
+    assert store.size() == 4

@@ -75,9 +75,10 @@ def _inputs() -> list[dict[str, np.ndarray]]:
 def test_large_rows_go_through_the_threaded_copy_only_with_several_threads(
     make_buffer: Any, torch_threads: None, copies: list[int]
 ) -> None:
-    assert sum(
-        a.dtype.itemsize * int(np.prod(a.shape[1:])) for a in frames([0]).values()
-    ) > writer_module.PARALLEL_COPY_MIN_ROW_BYTES
+    assert (
+        sum(a.dtype.itemsize * int(np.prod(a.shape[1:])) for a in frames([0]).values())
+        > writer_module.PARALLEL_COPY_MIN_ROW_BYTES
+    )
     torch.set_num_threads(2)
     _fill(make_buffer, [frames(range(64))])
     assert len(copies) == 5  # one call per column

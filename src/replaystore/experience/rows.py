@@ -526,22 +526,24 @@ def encode_batch(
     ]
 
 
-def encode_records(data_batch: Any, where: str | None = None) -> list[tuple[Any, ...]]:
-    """``[e.record() for e in encode_batch(data_batch, where, decode=False)]``, made directly.
+RECORD_SLOTS = 2 + len(META_FIELDS) + 1
+"""Slots per row in :func:`encode_flat`'s list: a free one, the id, the metadata, the payload."""
 
-    The write path of the storages that keep the payload as JSON text (SQLite):
-    for a :class:`DataRow` of the exact types whose id and metadata pass the
-    compiled ``check_row`` and whose payload the compiled ``dumps_encoders``
-    writes (plain JSON values; pydantic models through pydantic-core's
-    serialiser and dataclasses by their fields, once their class has been seen),
-    the record tuple is built from the row's own values without the intermediate
-    row objects (about 1-1.5 us less per row); any other row goes through
-    :func:`encode_row`, which raises its errors. Same records, same errors, same
-    order.
 
-    Returns:
-        One ``(id, task_id, task_name, agent_id, step, execute_time, pre_agent,
-        payload_json)`` tuple per row.
+def encode_flat(data_batch: Any, where: str | None = None) -> list[Any]:
+    """The records of :func:`encode_records`, in one flat list, each after a free slot.
+
+    Row ``k``'s record is ``out[k * RECORD_SLOTS + 1 : (k + 1) * RECORD_SLOTS]``;
+    ``out[k * RECORD_SLOTS]`` is None, for the caller (SQLite writes the row's seq
+    there, and binds the list as it is). Rows of the exact types whose id and
+    metadata pass the compiled ``check_row`` and whose payload the compiled
+    ``dumps_encoders`` writes (plain JSON values; pydantic models through
+    pydantic-core's serialiser and dataclasses by their fields, once their class
+    has been seen) go in by one compiled call for the whole run of them (about
+    1 us a row less than a Python loop building tuples); any other row is
+    encoded here (:func:`_payload_text`, or :func:`encode_row`, which raises
+    its errors) and the compiled call resumes after it. Same records, same
+    errors, same order as :func:`encode_batch`.
 
     Raises:
         SchemaError: as :func:`encode_batch`.
@@ -550,39 +552,61 @@ def encode_records(data_batch: Any, where: str | None = None) -> list[tuple[Any,
         raise SchemaError(f"add_batch expects a list of DataRow, got {type(data_batch)}")
     if not _COPY:
         _resolve_jsoncopy()
-    check_row = _ENCODE[1]  # None without the compiled kernels: encode_row does it all
-    # One compiled call writes plain JSON values and, for classes already seen,
-    # models (pydantic-core's serialiser) and dataclasses: no first pass that
-    # declines at the first model.
-    encoders = _ENCODERS
-    dumps_encoders = _ENCODE[0]
-    out: list[tuple[Any, ...]] = []
-    append = out.append
-    for i, row in enumerate(data_batch):
-        # The whole row's types in one compiled call (the metadata's values are then
-        # written as they are: exact ASCII str, 64-bit int, finite float; no copy).
-        if check_row is not None and check_row(row, DataRow, ExpMeta, Experience, _META_SPEC):
-            meta = row.exp_meta
-            exp = row.exp_data
-            text = dumps_encoders(_payload_dict(exp), encoders)
-            if text is NotImplemented:  # a class not seen yet, or the generic path
-                text = _payload_text(exp) or NotImplemented
-            if text is not NotImplemented:
-                append(
-                    (
-                        row.id,
-                        meta.task_id,
-                        meta.task_name,
-                        meta.agent_id,
-                        meta.step,
-                        meta.execute_time,
-                        meta.pre_agent,
-                        text,
-                    )
-                )
-                continue
-        append(encode_row(row, where or f"data_batch[{i}]", decode=False).record())
+    rows = data_batch if type(data_batch) in (list, tuple) else list(data_batch)
+    records = _ENCODE[2]
+    out: list[Any] = []
+    i, n = 0, len(rows)
+    while i < n:
+        if records is not None:
+            i = records(
+                rows, i, DataRow, ExpMeta, Experience, _META_SPEC, PAYLOAD_FIELDS, _ENCODERS, out
+            )
+            if i == n:
+                break
+        out.append(None)
+        out.extend(_record(rows[i], where or f"data_batch[{i}]"))
+        i += 1
     return out
+
+
+def _record(row: Any, where: str) -> tuple[Any, ...]:
+    """One row's record, for a row the compiled ``records`` declined (or without it)."""
+    check_row = _ENCODE[1]  # None without the compiled kernels: encode_row does it all
+    if check_row is not None and check_row(row, DataRow, ExpMeta, Experience, _META_SPEC):
+        # Its types are right (the metadata's values are then written as they are:
+        # exact ASCII str, 64-bit int, finite float; no copy): a payload class not
+        # seen yet, or one the generic path writes.
+        text = _payload_text(row.exp_data)
+        if text is not None:
+            meta = row.exp_meta
+            return (
+                row.id,
+                meta.task_id,
+                meta.task_name,
+                meta.agent_id,
+                meta.step,
+                meta.execute_time,
+                meta.pre_agent,
+                text,
+            )
+    return encode_row(row, where, decode=False).record()
+
+
+def encode_records(data_batch: Any, where: str | None = None) -> list[tuple[Any, ...]]:
+    """``[e.record() for e in encode_batch(data_batch, where, decode=False)]``, made directly.
+
+    :func:`encode_flat`'s records as tuples (the write path of the storages that
+    keep the payload as JSON text).
+
+    Returns:
+        One ``(id, task_id, task_name, agent_id, step, execute_time, pre_agent,
+        payload_json)`` tuple per row.
+
+    Raises:
+        SchemaError: as :func:`encode_batch`.
+    """
+    flat = encode_flat(data_batch, where)
+    return [tuple(flat[k + 1 : k + RECORD_SLOTS]) for k in range(0, len(flat), RECORD_SLOTS)]
 
 
 def snapshot_row(row: Any, where: str = "row") -> DataRow | None:
@@ -651,6 +675,7 @@ def _resolve_jsoncopy() -> None:
     _ENCODE[:] = [
         getattr(kernel, "dumps_encoders", None) or _dumps_encoders_py,
         getattr(kernel, "check_row", None),
+        getattr(kernel, "records", None),
     ]
 
 
@@ -658,8 +683,9 @@ def _dumps_encoders_py(value: Any, encoders: dict[type, Any]) -> Any:
     return NotImplemented
 
 
-# [dumps_encoders (or a stand-in that always declines), check_row or None], with _COPY
-_ENCODE: list[Any] = [_dumps_encoders_py, None]
+# [dumps_encoders (or a stand-in that always declines), check_row or None, records or
+# None], with _COPY
+_ENCODE: list[Any] = [_dumps_encoders_py, None, None]
 
 
 def _jsoncopy() -> Any:

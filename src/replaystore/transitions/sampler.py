@@ -357,8 +357,7 @@ class TransitionSampler:
             # host (2026-11-26; most likely the allocator returning and faulting in
             # the 14 MiB on every call).
             out = {
-                name: col.index_select(0, idx).to(batch_device)
-                for name, col in self._column_items
+                name: col.index_select(0, idx).to(batch_device) for name, col in self._column_items
             }
             if extra:
                 out.update({k: v.to(batch_device) for k, v in extra.items()})
