@@ -142,6 +142,8 @@ _SYNCHRONOUS = ("NORMAL", "FULL")
 _COLUMNS = "seq, id, " + ", ".join(META_FIELDS) + ", data"
 _ROW_PARAMS = len(_COLUMNS.split(", "))
 assert _ROW_PARAMS == RECORD_SLOTS  # a row's parameters are its slots in encode_flat's list
+# Each column's slot in a row's parameters (the seq's is encode_flat's free slot).
+_SLOT = {name: i for i, name in enumerate(_COLUMNS.split(", "))}
 _ROW_VALUES = "(" + ", ".join(["?"] * _ROW_PARAMS) + ")"
 # A batch's rows go in through multi-row INSERT statements of up to this many rows
 # (4,608 parameters; SQLite allows 32,766 since 3.32, builds before that 999, and
@@ -704,7 +706,11 @@ class SqliteStorage(Storage):
             conn = self._conn or self._connect()
             try:
                 if self.max_capacity is None:
-                    key = (p[1], p[3], p[2])  # task_id, agent_id, task_name
+                    key = (
+                        flat[_SLOT["task_id"]],
+                        flat[_SLOT["agent_id"]],
+                        flat[_SLOT["task_name"]],
+                    )
                     if key in self._booked and self._insert_booked(conn, flat):
                         self._committed()
                         return
@@ -760,7 +766,7 @@ class SqliteStorage(Storage):
         flat = encode_flat(data_batch, _where)
         if not flat:
             return
-        ids = flat[1::_ROW_PARAMS]
+        ids = flat[_SLOT["id"] :: _ROW_PARAMS]
         if len(set(ids)) != len(ids):
             seen: set[str] = set()
             for row_id in ids:
@@ -771,13 +777,16 @@ class SqliteStorage(Storage):
                 seen.add(row_id)
         # Task bookkeeping, worked out before taking the write lock: per task the
         # offset of its first row in the batch (the reversed pairs' last writes win);
-        # the distinct (field, value, task) keys of the batch, in order of appearance.
-        tids = flat[2::_ROW_PARAMS]
+        # the distinct (field, value, task) keys of the batch, per field in order of
+        # appearance.
+        tids = flat[_SLOT["task_id"] :: _ROW_PARAMS]
         firsts = dict(zip(reversed(tids), range(len(tids) - 1, -1, -1), strict=True))
         keys = [
             (field, value, tid)
-            for field, column in (("agent_id", 4), ("task_name", 3))
-            for value, tid in dict.fromkeys(zip(flat[column::_ROW_PARAMS], tids, strict=True))
+            for field in _KEYED
+            for value, tid in dict.fromkeys(
+                zip(flat[_SLOT[field] :: _ROW_PARAMS], tids, strict=True)
+            )
             if value is not None
         ]
         with self._write() as conn:
@@ -806,7 +815,7 @@ class SqliteStorage(Storage):
         limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // _ROW_PARAMS
         chunk = min(_CHUNK_ROWS, 1 << max(limit.bit_length() - 1, 0))
         n = len(flat) // _ROW_PARAMS
-        flat[::_ROW_PARAMS] = range(first, first + n)
+        flat[_SLOT["seq"] :: _ROW_PARAMS] = range(first, first + n)
         start = 0
         while start < n:
             k = min(chunk, 1 << ((n - start).bit_length() - 1))
