@@ -285,6 +285,39 @@ put_string(sbuf *b, PyObject *s)
 /* 0: written; 1: declined; -1: error. */
 static PyObject *str_to_json;
 
+static int put_value(sbuf *b, PyObject *v, int depth, PyObject *encoders);
+
+/* {"name": getattr(obj, name), ...} for the str names of the tuple `names`, the
+ * values one level below `depth`: 0 written, 1 declined (a name not a str, or a
+ * value declined), -1 error. */
+static int
+put_fields(sbuf *b, PyObject *obj, PyObject *names, int depth, PyObject *encoders)
+{
+    if (sb_put(b, "{", 1) < 0)
+        return -1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (Py_TYPE(name) != &PyUnicode_Type)
+            return 1;
+        if (i && sb_put(b, ",", 1) < 0)
+            return -1;
+        int rc = put_string(b, name);
+        if (rc)
+            return rc;
+        if (sb_put(b, ":", 1) < 0)
+            return -1;
+        PyObject *field = PyObject_GetAttr(obj, name);
+        if (field == NULL)
+            return -1;
+        rc = put_value(b, field, depth + 1, encoders);
+        Py_DECREF(field);
+        if (rc)
+            return rc;
+    }
+    return sb_put(b, "}", 1);
+}
+
+
 static int
 put_value(sbuf *b, PyObject *v, int depth, PyObject *encoders)
 {
@@ -361,30 +394,8 @@ put_value(sbuf *b, PyObject *v, int depth, PyObject *encoders)
     PyObject *enc = PyDict_GetItemWithError(encoders, (PyObject *)t); /* borrowed */
     if (enc == NULL)
         return PyErr_Occurred() ? -1 : 1;
-    if (PyTuple_Check(enc)) { /* a dataclass: its field names */
-        if (sb_put(b, "{", 1) < 0)
-            return -1;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(enc); i++) {
-            PyObject *name = PyTuple_GET_ITEM(enc, i);
-            if (Py_TYPE(name) != &PyUnicode_Type)
-                return 1;
-            if (i && sb_put(b, ",", 1) < 0)
-                return -1;
-            int rc = put_string(b, name);
-            if (rc)
-                return rc;
-            if (sb_put(b, ":", 1) < 0)
-                return -1;
-            PyObject *field = PyObject_GetAttr(v, name);
-            if (field == NULL)
-                return -1;
-            rc = put_value(b, field, depth + 1, encoders);
-            Py_DECREF(field);
-            if (rc)
-                return rc;
-        }
-        return sb_put(b, "}", 1);
-    }
+    if (PyTuple_Check(enc)) /* a dataclass: its field names */
+        return put_fields(b, v, enc, depth, encoders);
     if (enc == Py_None)
         return 1;
     /* a pydantic model: its serialiser's JSON bytes (valid UTF-8), written as they are */
@@ -640,33 +651,6 @@ jsoncopy_check_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyBool_FromLong(rc);
 }
 
-/* The payload of an experience as dumps_encoders writes the dict {name: getattr(exp,
- * name) for name in names}: 0 written into b, 1 declined, -1 error. */
-static int
-put_payload(sbuf *b, PyObject *exp, PyObject *names, PyObject *encoders)
-{
-    if (sb_put(b, "{", 1) < 0)
-        return -1;
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(names); k++) {
-        PyObject *name = PyTuple_GET_ITEM(names, k);
-        if (k && sb_put(b, ",", 1) < 0)
-            return -1;
-        int rc = put_string(b, name);
-        if (rc)
-            return rc;
-        if (sb_put(b, ":", 1) < 0)
-            return -1;
-        PyObject *value = PyObject_GetAttr(exp, name);
-        if (value == NULL)
-            return -1;
-        rc = put_value(b, value, 1, encoders);
-        Py_DECREF(value);
-        if (rc)
-            return rc;
-    }
-    return sb_put(b, "}", 1);
-}
-
 /* records(rows, start, row_cls, meta_cls, exp_cls, spec, payload_names, encoders, out):
  * for rows[start], rows[start + 1], ... that pass check_row and whose payload
  * dumps_encoders writes, append to the list `out` None (a slot for the caller), the
@@ -722,7 +706,7 @@ jsoncopy_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (exp == NULL)
             goto error;
         b.len = 0;
-        rc = put_payload(&b, exp, names, encoders);
+        rc = put_fields(&b, exp, names, 0, encoders); /* as dumps_encoders writes the dict */
         Py_DECREF(exp);
         if (rc < 0)
             goto error;

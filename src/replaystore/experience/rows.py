@@ -578,17 +578,7 @@ def _record(row: Any, where: str) -> tuple[Any, ...]:
         # seen yet, or one the generic path writes.
         text = _payload_text(row.exp_data)
         if text is not None:
-            meta = row.exp_meta
-            return (
-                row.id,
-                meta.task_id,
-                meta.task_name,
-                meta.agent_id,
-                meta.step,
-                meta.execute_time,
-                meta.pre_agent,
-                text,
-            )
+            return EncodedRow(row, text).record()
     return encode_row(row, where, decode=False).record()
 
 
