@@ -638,12 +638,13 @@ check_types(PyObject *const *args, int spec_at)
 static PyObject *
 jsoncopy_check_row(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 || check_types(args + 1, 3) < 0) {
-        if (nargs != 5)
-            PyErr_SetString(PyExc_TypeError,
-                            "check_row(row, row_cls, meta_cls, exp_cls, spec) takes 5 arguments");
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "check_row(row, row_cls, meta_cls, exp_cls, spec) takes 5 arguments");
         return NULL;
     }
+    if (check_types(args + 1, 3) < 0)
+        return NULL;
     int rc = row_ok(args[0], (PyTypeObject *)args[1], (PyTypeObject *)args[2],
                     (PyTypeObject *)args[3], args[4]);
     if (rc < 0)

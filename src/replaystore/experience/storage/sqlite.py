@@ -133,10 +133,11 @@ _KEY_INSERT = (
 _TASK_INSERT = "INSERT OR IGNORE INTO tasks (task_id, first_seq) VALUES (?, ?)"
 # Sequence numbers handed out so far: every seq up to this one has been used (by a
 # row stored now or deleted since), so the next row gets this plus one.
-_ASSIGNED = (
-    "SELECT max(coalesce((SELECT max(seq) FROM rows), 0), value) FROM stats "
-    "WHERE key = 'high_water'"
+_SEQS_USED = (
+    "max(coalesce((SELECT max(seq) FROM rows), 0), "
+    "(SELECT value FROM stats WHERE key = 'high_water'))"
 )
+_ASSIGNED = "SELECT " + _SEQS_USED
 _SYNCHRONOUS = ("NORMAL", "FULL")
 
 _COLUMNS = "seq, id, " + ", ".join(META_FIELDS) + ", data"
@@ -157,12 +158,9 @@ _INSERT_ROWS = {
     1 << k: f"INSERT INTO rows ({_COLUMNS}) VALUES " + ", ".join([_ROW_VALUES] * (1 << k))
     for k in range(_CHUNK_ROWS.bit_length())
 }
-# The next row's seq, as a value in an INSERT ... VALUES (the same number as
-# _ASSIGNED + 1; the VALUES form runs about 2 us faster than INSERT ... SELECT).
-_NEXT_SEQ = (
-    "max(coalesce((SELECT max(seq) FROM rows), 0), "
-    "(SELECT value FROM stats WHERE key = 'high_water')) + 1"
-)
+# The next row's seq, as a value in an INSERT ... VALUES (the VALUES form runs
+# about 2 us faster than INSERT ... SELECT).
+_NEXT_SEQ = _SEQS_USED + " + 1"
 # One-row stores insert into this per-connection view; its trigger stores the row
 # (seq worked out in SQL), its task and its keys. One statement, so an unbounded
 # store commits it on its own: no BEGIN and COMMIT round trips, no Python between
