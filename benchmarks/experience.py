@@ -66,7 +66,9 @@ In one run, on the same rows (20 steps per task, 8 agents), with two payloads:
   to 10k).
 * **SQLite fills**: a fresh store filled to 100k rows (``--quick``: 10k) with
   ``store_batch(1000)``, timed once, dict and pydantic payloads (rows built
-  before the clock starts); one-row ``store`` with ``synchronous="NORMAL"``
+  before the clock starts), with sequential ids (``w0-0``, ``w0-1``, ...) and
+  with random ids as AWorld's ``DataRow`` gives rows by default
+  (``str(uuid.uuid4())``, seeded here); one-row ``store`` with ``synchronous="NORMAL"``
   (the default; best of 3 fills of 10k rows after a warm-up) and ``"FULL"``;
   4 writer processes with ``store_batch(100)``; the floor: raw sqlite3 one-row
   commits into the same row table with its two indexes, nothing else.
@@ -86,12 +88,14 @@ import dataclasses
 import gc
 import importlib
 import multiprocessing
+import random
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
 import types
+import uuid
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -232,6 +236,13 @@ def fallback_peer() -> Peer:
     )
 
 
+# The row ids of the SQLite fills: what each kind is, in the tables.
+ID_KINDS = {
+    "sequential": "ids w0-0, w0-1, ...",
+    "uuid4": "random ids as AWorld's DataRow makes them (str(uuid.uuid4()))",
+}
+
+
 def make_payload(i: int, kind: str, peer: Peer | None) -> tuple[Any, Any]:
     """``(state, actions)`` of row ``i``: JSON values, or the peer's pydantic models."""
     if kind == "dict":
@@ -265,12 +276,16 @@ def make_rows(
     peer: Peer | None = None,
     payloads: list[tuple[Any, Any]] | None = None,
     row_classes: tuple[Any, Any, Any] = (DataRow, ExpMeta, Experience),
+    ids: str = "sequential",
 ) -> list[Any]:
     """Rows ``start .. start + n - 1`` of simulated episodes: 20 steps per task, 8 agents.
 
     ``payloads`` (cycled) gives the state and actions; else each row gets its own.
     ``row_classes``: the ``DataRow``, ``ExpMeta``, ``Experience`` classes (ours, or AWorld's).
+    ``ids``: ``"sequential"`` (``w{writer}-{i}``) or ``"uuid4"``: random ids shaped as
+    AWorld's ``DataRow`` makes them by default (``str(uuid.uuid4())``), seeded.
     """
+    rng = random.Random(f"{writer}-{start}")
     now = 1.7e9
     data_row, exp_meta, experience = row_classes
     rows = []
@@ -290,7 +305,9 @@ def make_rows(
                     None,
                 ),
                 experience(state, actions, float(i % TASK_LEN == TASK_LEN - 1)),
-                f"w{writer}-{i}",
+                f"w{writer}-{i}"
+                if ids == "sequential"
+                else str(uuid.UUID(int=rng.getrandbits(128), version=4)),
             )
         )
     return rows
@@ -594,8 +611,9 @@ def sqlite_four_writers(stores: Stores, rows_per_writer: int) -> float:
 def sqlite_floor(stores: Stores, n: int) -> float:
     """Rows/s of raw sqlite3 one-row commits in WAL mode with synchronous=NORMAL: the floor.
 
-    The same row table as ``SqliteStorage`` (same columns, its unique id index
-    and its ``(task_id, seq)`` index), one ``BEGIN IMMEDIATE`` / ``INSERT`` /
+    A row table with ``SqliteStorage``'s columns, a unique id index and its
+    ``(task_id, seq)`` index: three B-trees, as many as a one-row store of the
+    store writes (``rows``, ``rows_task``, ``row_ids_new``); one ``BEGIN IMMEDIATE`` / ``INSERT`` /
     ``COMMIT`` per row, SQLite's default checkpointing, and nothing else: no
     validation or encoding (the payload is a fixed text), no task bookkeeping.
     """
@@ -668,7 +686,7 @@ def run(quick: bool, peer: Peer) -> str:
     ours: dict[tuple[str, int, int], float] = {}  # (payload kind, rows, batch) -> rows/s
     aworld: dict[tuple[str, int, int], tuple[float, bool]] = {}  # ... -> (rows/s, measured)
     cpu_rates: dict[tuple[str, int, int], float] = {}  # ours, CPU time of fresh fills
-    sqlite_fills: dict[str, float] = {}
+    sqlite_fills: dict[tuple[str, str], float] = {}
     sqlite_one: dict[str, float] = {}
     try:
         for kind in PAYLOAD_KINDS:
@@ -745,17 +763,19 @@ def run(quick: bool, peer: Peer) -> str:
                 del theirs
             del rows, payloads
             gc.collect()
-            # --- SQLite: a fresh store filled once to `sqlite_fill` rows, store_batch(1000).
-            fill_rows = make_rows(sqlite_fill, kind=kind, peer=peer)
-            store = stores.make("sqlite")
-            buf = ReplayBuffer(store, seed=0)
-            start = time.perf_counter()
-            for i in range(0, sqlite_fill, 1000):
-                buf.store_batch(fill_rows[i : i + 1000])
-            sqlite_fills[kind] = sqlite_fill / (time.perf_counter() - start)
-            assert store.size() == sqlite_fill
-            del buf, store, fill_rows
-            gc.collect()
+            # --- SQLite: a fresh store filled once to `sqlite_fill` rows, store_batch(1000),
+            # with sequential ids and with AWorld's default (uuid4) ids.
+            for ids in ID_KINDS:
+                fill_rows = make_rows(sqlite_fill, kind=kind, peer=peer, ids=ids)
+                store = stores.make("sqlite")
+                buf = ReplayBuffer(store, seed=0)
+                start = time.perf_counter()
+                for i in range(0, sqlite_fill, 1000):
+                    buf.store_batch(fill_rows[i : i + 1000])
+                sqlite_fills[kind, ids] = sqlite_fill / (time.perf_counter() - start)
+                assert store.size() == sqlite_fill
+                del buf, store, fill_rows
+                gc.collect()
             # One-row SQLite commits: best of 3 fills of `small` rows after a warm-up
             # fill (see best_rate).
             one_rows = make_rows(small, kind=kind, peer=peer)
@@ -874,12 +894,15 @@ def run(quick: bool, peer: Peer) -> str:
         markdown_table(
             ["storage, call", "dict payloads rows/s", "pydantic payloads rows/s", "durability"],
             [
-                [
-                    f"SQLite store_batch(1000), fresh store filled to {sqlite_fill:,} rows "
-                    "(timed once)",
-                    _k(sqlite_fills["dict"]),
-                    _k(sqlite_fills["pydantic"]),
-                    "survives a process crash; a power loss may drop the last commits",
+                *[
+                    [
+                        f"SQLite store_batch(1000), fresh store filled to {sqlite_fill:,} rows "
+                        f"(timed once), {ID_KINDS[ids]}",
+                        _k(sqlite_fills["dict", ids]),
+                        _k(sqlite_fills["pydantic", ids]),
+                        "survives a process crash; a power loss may drop the last commits",
+                    ]
+                    for ids in ID_KINDS
                 ],
                 [
                     f"SQLite store_batch(1000), filled to {top:,} rows (scaling fill)",
@@ -980,10 +1003,11 @@ def run(quick: bool, peer: Peer) -> str:
         *[
             [
                 f"SQLite store_batch(1000) >= 100k rows/s filling a fresh store to "
-                f"{sqlite_fill:,} rows, {kind} payloads",
-                _k(sqlite_fills[kind]),
-                _met(sqlite_fills[kind] >= 100e3),
+                f"{sqlite_fill:,} rows, {kind} payloads, {ID_KINDS[ids]}",
+                _k(sqlite_fills[kind, ids]),
+                _met(sqlite_fills[kind, ids] >= 100e3),
             ]
+            for ids in ID_KINDS
             for kind in ("dict", "pydantic")
         ],
         [

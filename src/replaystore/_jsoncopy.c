@@ -55,6 +55,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 
 #define MAX_DEPTH 100
@@ -766,6 +767,51 @@ jsoncopy_copy(PyObject *self, PyObject *value)
     return copy_value(value, 0);
 }
 
+/* FNV-1a, 64 bits, over the UTF-8 bytes of each str of the list `ids`, as signed
+ * integers: the keys of a SQLite experience store's id tables (see
+ * replaystore.experience.storage.sqlite). A stable function of the text alone,
+ * the same in every process and in rows.id_hash (the Python stand-in). */
+static PyObject *
+jsoncopy_id_hashes(PyObject *self, PyObject *ids)
+{
+    if (!PyList_Check(ids)) {
+        PyErr_Format(PyExc_TypeError, "id_hashes() takes a list of str, not %.100s",
+                     Py_TYPE(ids)->tp_name);
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(ids);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *id = PyList_GET_ITEM(ids, i);
+        if (!PyUnicode_Check(id)) {
+            PyErr_Format(PyExc_TypeError, "id_hashes(): item %zd is %.100s, not str", i,
+                         Py_TYPE(id)->tp_name);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_ssize_t size;
+        const char *text = PyUnicode_AsUTF8AndSize(id, &size);
+        if (text == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        uint64_t h = 0xcbf29ce484222325ULL;
+        for (Py_ssize_t k = 0; k < size; k++) {
+            h ^= (unsigned char)text[k];
+            h *= 0x100000001b3ULL;
+        }
+        PyObject *value = PyLong_FromLongLong((long long)(int64_t)h);
+        if (value == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, value);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"copy", jsoncopy_copy, METH_O,
      "copy(value) -> deep copy equal to json.loads(json.dumps(value)), or NotImplemented."},
@@ -782,6 +828,8 @@ static PyMethodDef methods[] = {
     {"records", (PyCFunction)(void (*)(void))jsoncopy_records, METH_FASTCALL,
      "records(rows, start, row_cls, meta_cls, exp_cls, spec, payload_names, encoders, out) "
      "-> index of the first row not appended to out."},
+    {"id_hashes", jsoncopy_id_hashes, METH_O,
+     "id_hashes(ids) -> the 64-bit FNV-1a hash of each str's UTF-8 bytes, as signed ints."},
     {"dumps", jsoncopy_dumps, METH_O,
      "dumps(value) -> compact JSON text as replaystore's encoder writes it, or NotImplemented."},
     {NULL, NULL, 0, NULL},

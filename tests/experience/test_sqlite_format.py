@@ -125,7 +125,7 @@ def test_a_new_store_is_written_in_the_current_format(tmp_path):
         has_sequence = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'"
         ).fetchone()
-    assert stats == {"format": FORMAT, "high_water": 0, "dead": 0}
+    assert stats == {"format": FORMAT, "high_water": 0, "dead": 0, "merged": 0}
     assert has_sequence is None  # no AUTOINCREMENT: no counter row rewritten per commit
     assert table_columns(tmp_path / "new.sqlite", "tasks") == ["task_id", "first_seq"]
 
@@ -138,7 +138,7 @@ def test_a_format1_file_is_upgraded_on_open_keeping_rows_seqs_order_and_counts(t
 
     with caplog.at_level(logging.INFO, logger="replaystore.experience.sqlite"):
         store = SqliteStorage(path)
-    assert "upgraded from format 1 to 2" in caplog.text
+    assert f"upgraded from format 1 to {FORMAT}" in caplog.text
     assert seqs_and_ids(path) == before
     assert table_columns(path, "tasks") == ["task_id", "first_seq"]
     assert store.size() == 9
@@ -149,9 +149,10 @@ def test_a_format1_file_is_upgraded_on_open_keeping_rows_seqs_order_and_counts(t
         leftover = "SELECT 1 FROM sqlite_master WHERE name LIKE '%format1'"
         assert conn.execute(leftover).fetchone() is None
         assert dict(conn.execute("SELECT key, value FROM stats")) == {
-            "format": 2,
+            "format": FORMAT,
             "high_water": 20,  # AUTOINCREMENT had handed out 20 seqs; 11 are gone
             "dead": 11,
+            "merged": 20,  # the ids of the rows kept are keyed in row_ids
         }
 
     # The next row gets seq 21, not 20 (the evicted newest row's): seqs are never reused.
@@ -332,7 +333,7 @@ def _tables(path: Path) -> list[list[tuple]]:
     with sqlite3.connect(path) as conn:
         return [
             sorted(conn.execute(f"SELECT * FROM {table}").fetchall(), key=repr)
-            for table in ("rows", "tasks", "task_keys", "stats")
+            for table in ("rows", "tasks", "task_keys", "row_ids_new", "row_ids", "stats")
         ]
 
 
@@ -460,7 +461,7 @@ def test_a_booked_tasks_rows_are_inserted_alone_and_keep_the_bookkeeping_exact(t
     for r in rows:
         fast.add(r)
         slow.add(r)
-    alone = [s for s in statements if "pragma_data_version" in s]
+    alone = {s for s in statements if s.startswith("INSERT INTO rows_booked")}
     # Each (task, agent)'s first row books it, and the connection's very first store
     # only reads the data_version its bookings start from: 16 - 8 - 1 rows alone.
     assert len(alone) == 7
@@ -489,7 +490,7 @@ def test_a_delete_by_another_connection_sends_booked_rows_back_through_the_bookk
     assert "t0" not in {t for t, _ in _bookkeeping(path)[0]}
     statements = _statements(a)
     a.add(row(3, "t0"))
-    assert any("pragma_data_version" in s for s in statements)  # the guarded insert was tried
+    assert any("rows_booked" in s for s in statements)  # the guarded insert was tried
     tasks, keys = _bookkeeping(path)
     seq = {i: s for s, i in seqs_and_ids(path)}
     assert ("t0", seq["r3"]) in tasks

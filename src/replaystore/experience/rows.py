@@ -666,6 +666,7 @@ def _resolve_jsoncopy() -> None:
         getattr(kernel, "dumps_encoders", None) or _dumps_encoders_py,
         getattr(kernel, "check_row", None),
         getattr(kernel, "records", None),
+        getattr(kernel, "id_hashes", None) or _id_hashes_py,
     ]
 
 
@@ -673,9 +674,34 @@ def _dumps_encoders_py(value: Any, encoders: dict[type, Any]) -> Any:
     return NotImplemented
 
 
+def id_hash(row_id: str) -> int:
+    """The 64-bit FNV-1a hash of ``row_id``'s UTF-8 bytes, as a signed integer.
+
+    A stable function of the text (the same in every process and version): the key
+    under which a SQLite store finds a row by its id (see
+    :mod:`replaystore.experience.storage.sqlite`). Distinct ids can share a hash;
+    whoever looks one up compares the ids themselves.
+    """
+    h = 0xCBF29CE484222325
+    for byte in row_id.encode():
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
+def _id_hashes_py(ids: list[str]) -> list[int]:
+    return [id_hash(i) for i in ids]
+
+
+def id_hashes(ids: list[str]) -> list[int]:
+    """:func:`id_hash` of each id of the list, in one compiled call where built."""
+    if not _COPY:
+        _resolve_jsoncopy()
+    return _ENCODE[3](ids)  # type: ignore[no-any-return]
+
+
 # [dumps_encoders (or a stand-in that always declines), check_row or None, records or
-# None], with _COPY
-_ENCODE: list[Any] = [_dumps_encoders_py, None, None]
+# None, id_hashes (compiled or Python)], with _COPY
+_ENCODE: list[Any] = [_dumps_encoders_py, None, None, _id_hashes_py]
 
 
 def _jsoncopy() -> Any:

@@ -29,7 +29,13 @@ from typing import Any, Protocol
 
 from replaystore.errors import QueryError, StorageError
 from replaystore.experience.query import OPS, Condition, QueryBuilder, compile_sql
-from replaystore.experience.rows import META_FIELDS, DataRow, ExpMeta, decode_experiences
+from replaystore.experience.rows import (
+    META_FIELDS,
+    DataRow,
+    ExpMeta,
+    decode_experiences,
+    id_hash,
+)
 from replaystore.formats.sqlite_experience import open_readonly
 
 __all__ = [
@@ -157,8 +163,20 @@ class SqliteReader:
         return self._rows(self._query(sql, [*params, page_size, (page - 1) * page_size]))
 
     def row(self, row_id: str) -> DataRow | None:
-        """The row with id ``row_id``, or None."""
-        found = self._query(f"SELECT {_COLUMNS} FROM rows WHERE id = ?", [row_id])
+        """The row with id ``row_id``, or None.
+
+        Format 3 files find it through their id tables (by the id's hash); older
+        ones through their unique index on ``id``.
+        """
+        if self._has_table("row_ids"):
+            h = id_hash(row_id)
+            found = self._query(
+                f"SELECT {_COLUMNS} FROM rows WHERE seq IN (SELECT seq FROM row_ids_new "
+                "WHERE h = ? UNION ALL SELECT seq FROM row_ids WHERE h = ?) AND id = ?",
+                [h, h, row_id],
+            )
+        else:
+            found = self._query(f"SELECT {_COLUMNS} FROM rows WHERE id = ?", [row_id])
         return self._rows(found)[0] if found else None
 
     def tasks(self, page: int, page_size: int) -> tuple[int, list[dict[str, Any]]]:
@@ -169,7 +187,7 @@ class SqliteReader:
         index; a file without it costs one grouped scan of ``rows`` per page.
         """
         offset = (page - 1) * page_size
-        if self._has_tasks_table():
+        if self._has_table("tasks"):
             total = int(self._query("SELECT COUNT(*) FROM tasks")[0][0])
             ids = [
                 r[0]
@@ -210,8 +228,8 @@ class SqliteReader:
             for r in records
         ]
 
-    def _has_tasks_table(self) -> bool:
-        found = self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tasks'")
+    def _has_table(self, name: str) -> bool:
+        found = self._query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", [name])
         return bool(found)
 
 

@@ -20,7 +20,7 @@ a commit costs no fsync, which is what makes one-row ``store`` calls cheap
 commit survives a power loss too, at about 4x the cost of a one-row commit on
 an SSD (batches amortise it).
 
-Indexes: besides the row id and ``(task_id, seq)``, the table ``task_keys``
+Indexes: besides ``(task_id, seq)`` and the row ids (below), the table ``task_keys``
 records, per task, the distinct ``agent_id`` and ``task_name`` values of its
 rows (with the task's first sequence number). A condition with ``eq``/``in_``
 on those fields (or on ``task_id``) first narrows the search to the tasks that
@@ -28,14 +28,35 @@ can match, through that table, then reads only their rows; sampling tasks by
 such a condition reads only the table. It costs a write only when a task
 meets a new agent or task name, unlike an index over every row.
 
-What a commit writes (file format 2, :data:`FORMAT`): a row's table page and
-its two index pages, plus the ``tasks`` and ``task_keys`` pages when the row
-starts a task or brings a new agent or task name to one. No counter is
+Row ids: a row's id is unique in the store and found through two tables keyed
+by the id's 64-bit hash (FNV-1a, :func:`~replaystore.experience.rows.id_hash`)
+and the row's seq. A batch's ids go into ``row_ids_new``, which holds the ids of
+the rows stored since the last merge; every :data:`_MERGE_ROWS` seqs it is
+moved, in hash order, into ``row_ids``, which holds the rest. A unique index on
+the id text itself put random ids (AWorld's ``DataRow`` gives each row
+``str(uuid.uuid4())``) on random pages of an index of every row, and a commit
+of 1,000 such rows rewrote most of its pages (a 100k-row pydantic fill ran at
+55-60k rows/s against 130-140k with sequential ids); the small table's pages are
+few, and the large one is rewritten once per merge. The cost: each id is
+looked up in ``row_ids`` (one B-tree search) and inserted into ``row_ids_new``.
+Hashes can collide: a hash found in either table sends the batch down a careful
+path that compares the ids themselves; the first of two distinct ids sharing a
+hash keeps ``row_ids_new``'s one slot for it, the other goes to ``row_ids``,
+which holds a hash any number of times. Deleting rows deletes their keys
+(through the SQL function ``replaystore_id_hash``, registered on every
+connection this module opens; nothing in the schema needs it, so any SQLite can
+read and check the file). A condition with ``eq``/``in_`` on ``id`` reads the
+rows of those hashes' seqs, then compares the ids.
+
+What a commit writes (file format 3, :data:`FORMAT`): a row's table page, its
+``rows_task`` page and its ``row_ids_new`` page, plus the ``tasks`` and
+``task_keys`` pages when the row starts a task or brings a new agent or task
+name to one. No counter is
 rewritten per commit: ``seq`` is not AUTOINCREMENT (a new row gets the largest
 seq handed out so far plus one, read from ``max(seq)`` and ``stats.high_water``),
 and ``size()`` is the number of seqs handed out minus ``stats.dead``, the two
 stats rows written only when rows are deleted (eviction, :meth:`SqliteStorage.clear`).
-Seqs are never reused. Files of format 1 are upgraded on open (one
+Seqs are never reused. Files of formats 1 and 2 are upgraded on open (one
 transaction, a copy of the table: see ``SqliteStorage._upgrade``); a file of a
 newer format is refused with a :class:`~replaystore.errors.StorageError`.
 """
@@ -65,6 +86,8 @@ from replaystore.experience.rows import (
     ExpMeta,
     decode_experiences,
     encode_flat,
+    id_hash,
+    id_hashes,
 )
 from replaystore.experience.storage._fork import fork_check_lock
 from replaystore.experience.storage.base import (
@@ -81,18 +104,21 @@ __all__ = ["SqliteStorage"]
 
 log = logging.getLogger("replaystore.experience.sqlite")
 
-FORMAT = 2
+FORMAT = 3
 """The file format this version writes (``stats.format``); older files are migrated on open.
 
 1: ``rows.seq`` AUTOINCREMENT, ``tasks.n_rows`` and ``stats.n_rows`` counters, all
 updated by every commit. 2: none of them; ``stats`` holds ``high_water`` and
-``dead``, changed only when rows are deleted (see :class:`SqliteStorage`).
+``dead``, changed only when rows are deleted (see :class:`SqliteStorage`). 3: no
+unique index on ``rows.id``; the ids are found through ``row_ids_new`` and
+``row_ids`` by a hash of the id (see "Row ids" in the module docstring), and
+``stats.merged`` records the last merge of the one into the other.
 """
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS rows (
     seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
+    id TEXT NOT NULL,
     task_id TEXT NOT NULL,
     task_name TEXT,
     agent_id TEXT,
@@ -115,14 +141,31 @@ CREATE TABLE IF NOT EXISTS task_keys (
     PRIMARY KEY (field, value, first_seq, task_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS task_keys_task ON task_keys (task_id);
+CREATE TABLE IF NOT EXISTS row_ids_new (
+    h INTEGER PRIMARY KEY,
+    seq INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS row_ids (
+    h INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    PRIMARY KEY (h, seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS stats (
     key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 ) WITHOUT ROWID
 """
 _STATS = (
-    "INSERT OR IGNORE INTO stats (key, value) VALUES ('format', ?), ('high_water', ?), ('dead', ?)"
+    "INSERT OR IGNORE INTO stats (key, value) "
+    "VALUES ('format', ?), ('high_water', ?), ('dead', ?), ('merged', ?)"
 )
+# The SQL function giving a row id's key in the id tables (rows.id_hash), registered
+# on every connection this module opens; used where SQL must key rows it reads
+# (deletes, the upgrade), never in the schema, so any SQLite reads the file.
+_ID_HASH_SQL = "replaystore_id_hash"
+# The recent ids are merged into ``row_ids`` once this many seqs have been handed
+# out since the last merge (see "Row ids" in the module docstring).
+_MERGE_ROWS = 16384
 
 # Metadata fields recorded per task in ``task_keys`` (see the module docstring).
 _KEYED = ("agent_id", "task_name")
@@ -138,6 +181,7 @@ _SEQS_USED = (
     "(SELECT value FROM stats WHERE key = 'high_water'))"
 )
 _ASSIGNED = "SELECT " + _SEQS_USED
+_ASSIGNED_MERGED = _ASSIGNED + ", (SELECT value FROM stats WHERE key = 'merged')"
 _SYNCHRONOUS = ("NORMAL", "FULL")
 
 _COLUMNS = "seq, id, " + ", ".join(META_FIELDS) + ", data"
@@ -158,22 +202,37 @@ _INSERT_ROWS = {
     1 << k: f"INSERT INTO rows ({_COLUMNS}) VALUES " + ", ".join([_ROW_VALUES] * (1 << k))
     for k in range(_CHUNK_ROWS.bit_length())
 }
+# A batch's (id hash, seq) pairs go into row_ids_new the same way, sorted by hash
+# first (by SQLite: inserting in key order keeps the B-tree's cursor near).
+_INSERT_IDS = {
+    1 << k: "INSERT INTO row_ids_new (h, seq) SELECT * FROM (VALUES "
+    + ", ".join(["(?, ?)"] * (1 << k))
+    + ") ORDER BY 1"
+    for k in range(_CHUNK_ROWS.bit_length())
+}
 # The next row's seq, as a value in an INSERT ... VALUES (the VALUES form runs
 # about 2 us faster than INSERT ... SELECT).
 _NEXT_SEQ = _SEQS_USED + " + 1"
 # One-row stores insert into this per-connection view; its trigger stores the row
-# (seq worked out in SQL), its task and its keys. One statement, so an unbounded
-# store commits it on its own: no BEGIN and COMMIT round trips, no Python between
-# the three inserts. Temporary objects: they live in this connection, not the file.
+# (seq worked out in SQL), its task and its keys, and its id's key. One statement,
+# so an unbounded store commits it on its own: no BEGIN and COMMIT round trips, no
+# Python between the inserts. Temporary objects: they live in this connection, not
+# the file. The view's last column is the id's hash (rows.id_hash). A hash found
+# in row_ids (the RAISE) or in row_ids_new (its primary key) fails the statement,
+# storing nothing: SqliteStorage.add then takes the batch path, which tells a
+# stored id from another id of the same hash.
+_META_NEW = ", ".join("NEW." + f for f in META_FIELDS)
 _ROW_VIEW = (
     "CREATE TEMP VIEW IF NOT EXISTS rows_in AS SELECT id, "
     + ", ".join(META_FIELDS)
-    + ", data FROM main.rows"
+    + ", data, 0 AS h FROM main.rows"
 )
+_HASH_SEEN = "SELECT RAISE(ABORT, 'row id hash in row_ids') FROM row_ids WHERE h = NEW.h LIMIT 1"
 _ROW_TRIGGER = f"""
 CREATE TEMP TRIGGER IF NOT EXISTS rows_in_insert INSTEAD OF INSERT ON rows_in BEGIN
+    {_HASH_SEEN};
     INSERT INTO rows (seq, id, {", ".join(META_FIELDS)}, data)
-        VALUES ({_NEXT_SEQ}, NEW.id, {", ".join("NEW." + f for f in META_FIELDS)}, NEW.data);
+        VALUES ({_NEXT_SEQ}, NEW.id, {_META_NEW}, NEW.data);
     INSERT OR IGNORE INTO tasks (task_id, first_seq) VALUES (NEW.task_id, last_insert_rowid());
     INSERT OR IGNORE INTO task_keys (field, value, first_seq, task_id)
         SELECT 'agent_id', NEW.agent_id, first_seq, task_id FROM tasks
@@ -181,22 +240,32 @@ CREATE TEMP TRIGGER IF NOT EXISTS rows_in_insert INSTEAD OF INSERT ON rows_in BE
         UNION ALL
         SELECT 'task_name', NEW.task_name, first_seq, task_id FROM tasks
         WHERE task_id = NEW.task_id AND NEW.task_name IS NOT NULL;
+    INSERT INTO row_ids_new (h, seq) VALUES (NEW.h, last_insert_rowid());
 END
 """
-_INSERT_ONE = "INSERT INTO rows_in VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_ONE = "INSERT INTO rows_in VALUES (" + ", ".join(["?"] * (_ROW_PARAMS)) + ")"
 # A one-row store whose task, agent and task name this connection has booked
-# already (see SqliteStorage.add) inserts the row alone, about 3 us less than the
-# trigger's three inserts. Guarded in the statement itself: the first parameter
-# is the data_version at which the booking was seen, and should another
-# connection have committed since (a delete could have taken the task's
+# already (see SqliteStorage.add) inserts the row and its id's key alone, about
+# 3 us less than the full trigger. Guarded in the statement itself: the view's
+# first column is the data_version at which the booking was seen, and should
+# another connection have committed since (a delete could have taken the task's
 # bookkeeping), the id becomes NULL, the NOT NULL constraint refuses the row, and
-# the store takes the trigger's path.
-_INSERT_BOOKED = (
-    f"INSERT INTO rows ({_COLUMNS}) VALUES ({_NEXT_SEQ}, "
-    "CASE WHEN (SELECT data_version FROM pragma_data_version) = ? THEN ? END"
-    + ", ?" * (_ROW_PARAMS - 2)
-    + ")"
+# the store takes the full trigger's path.
+_BOOKED_VIEW = (
+    "CREATE TEMP VIEW IF NOT EXISTS rows_booked AS SELECT 0 AS version, id, "
+    + ", ".join(META_FIELDS)
+    + ", data, 0 AS h FROM main.rows"
 )
+_BOOKED_TRIGGER = f"""
+CREATE TEMP TRIGGER IF NOT EXISTS rows_booked_insert INSTEAD OF INSERT ON rows_booked BEGIN
+    {_HASH_SEEN};
+    INSERT INTO rows (seq, id, {", ".join(META_FIELDS)}, data) VALUES ({_NEXT_SEQ},
+        CASE WHEN (SELECT data_version FROM pragma_data_version) = NEW.version THEN NEW.id END,
+        {_META_NEW}, NEW.data);
+    INSERT INTO row_ids_new (h, seq) VALUES (NEW.h, last_insert_rowid());
+END
+"""
+_INSERT_BOOKED = "INSERT INTO rows_booked VALUES (" + ", ".join(["?"] * (_ROW_PARAMS + 1)) + ")"
 # The log (``-wal``) is checkpointed by a thread of each writing process (see
 # _Checkpointer), which restarts it once it holds this many pages (32 MiB; SQLite's
 # default auto-checkpoint is at 1000, 4 MiB: a checkpoint fsyncs the log and the
@@ -434,6 +503,36 @@ def _task_filter(cond: Mapping[str, Any]) -> tuple[str, list[Any], bool] | None:
     )
 
 
+def _id_filter(cond: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
+    """SQL selecting the seqs of every row whose id can match ``cond``, through the id tables.
+
+    Defined for ``eq``/``in_`` on ``id``, and an ``and_`` with such a part;
+    ``None`` for anything else. The seqs are those of the ids' hashes, so the
+    condition itself must still be applied. ``cond`` must be validated already.
+    """
+    if "and_" in cond:
+        for part in cond["and_"]:
+            found = _id_filter(part)
+            if found is not None:
+                return found
+        return None
+    if (
+        "or_" in cond
+        or cond["op"] not in ("eq", "in", "in_")
+        or canonical_field(cond["field"]) != "id"
+    ):
+        return None
+    values = [cond["value"]] if cond["op"] == "eq" else list(cond["value"])
+    # Only strings equal an id (as in the in-memory evaluator).
+    hashes = id_hashes(list(dict.fromkeys(v for v in values if isinstance(v, str))))
+    marks = ", ".join("?" * len(hashes))
+    return (
+        f"SELECT seq FROM row_ids_new WHERE h IN ({marks}) "
+        f"UNION ALL SELECT seq FROM row_ids WHERE h IN ({marks})",
+        [*hashes, *hashes],
+    )
+
+
 def _one_value_tasks(cond: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
     """:func:`_task_filter`'s SQL when it selects each matching task exactly once.
 
@@ -463,14 +562,16 @@ class SqliteStorage(Storage):
             ``"FULL"``: every commit is fsynced and survives a power loss too
             (slower one-row commits). See the module docstring.
 
-    Cost: ``add_batch`` of n rows is one transaction: one prepared insert run n
-    times, one insert-if-new per task and one per (task, agent) or (task, task
-    name) pair, the payload JSON encoded once per row (about 6 us per row on a
-    2-core VM). ``add`` is one SQL statement (a per-connection view whose
-    trigger does the same three inserts; for a task, agent and task name this
-    connection stored a row of before, the row's insert alone, guarded against
-    another connection's deletes since) and one commit per call, about 40-45 us
-    with ``synchronous="NORMAL"``; prefer ``add_batch`` for bulk loads.
+    Cost: ``add_batch`` of n rows is one transaction: multi-row inserts of the
+    rows and of their id keys, one look-up per id, one insert-if-new per task
+    and one per (task, agent) or (task, task name) pair, the payload JSON
+    encoded once per row (about 8-10 us per row with AWorld's pydantic
+    payloads on a 2-core VM, random or sequential ids alike). ``add`` is one SQL
+    statement (a per-connection view whose trigger does the same inserts; for a
+    task, agent and task name this connection stored a row of before, the
+    row's and its id's inserts alone, guarded against another connection's
+    deletes since) and one commit per call, about 40-50 us with
+    ``synchronous="NORMAL"``; prefer ``add_batch`` for bulk loads.
     ``size()`` is two index lookups. A condition with ``eq``/``in_`` on ``task_id``,
     ``agent_id`` or ``task_name`` reads only the rows of the tasks that can
     match (see :meth:`query_plan`); other conditions scan the table once.
@@ -564,6 +665,7 @@ class SqliteStorage(Storage):
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open SQLite store {self.path}: {exc}") from exc
         conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+        conn.create_function(_ID_HASH_SQL, 1, id_hash, deterministic=True)
         deadline = time.monotonic() + self.timeout
         while True:
             try:
@@ -588,7 +690,7 @@ class SqliteStorage(Storage):
                 else:
                     for statement in _SCHEMA.split(";"):
                         conn.execute(statement)
-                    conn.execute(_STATS, (FORMAT, 0, 0))
+                    conn.execute(_STATS, (FORMAT, 0, 0, 0))
                 conn.execute("COMMIT")
                 break
             except sqlite3.OperationalError as exc:
@@ -609,8 +711,8 @@ class SqliteStorage(Storage):
         if not self._wal:
             log.warning("%s: journal_mode is %s, not WAL", self.path, mode)
         conn.execute(f"PRAGMA wal_autocheckpoint = {_WAL_AUTOCHECKPOINT}")
-        conn.execute(_ROW_VIEW)
-        conn.execute(_ROW_TRIGGER)
+        for statement in (_ROW_VIEW, _ROW_TRIGGER, _BOOKED_VIEW, _BOOKED_TRIGGER):
+            conn.execute(statement)
         self._booked.clear()
         self._booked_version = None
         self._conn = conn
@@ -694,11 +796,12 @@ class SqliteStorage(Storage):
 
     def add(self, data: DataRow) -> None:
         # add_batch([data]) in one statement. Unbounded, it is its own transaction:
-        # the INSERT into the rows_in view runs the three inserts in SQLite (see
+        # the INSERT into the rows_in view runs the inserts in SQLite (see
         # _ROW_TRIGGER), or, for a task, agent and task name this connection has
-        # booked already, the row's insert alone (see _INSERT_BOOKED). With a
-        # capacity the eviction joins it in one transaction.
+        # booked already, the row's and its id's inserts alone (see
+        # _BOOKED_TRIGGER). With a capacity the eviction joins it in one transaction.
         flat = encode_flat((data,), "data")  # [None, id, task_id, task_name, agent_id, ...]
+        flat.append(id_hash(flat[_SLOT["id"]]))
         p = flat[1:]
         with self._guard():
             conn = self._conn or self._connect()
@@ -719,17 +822,22 @@ class SqliteStorage(Storage):
                 with self._write() as conn:
                     conn.execute(_INSERT_ONE, p)
                     self._enforce_capacity(conn)
-            except sqlite3.IntegrityError as exc:  # the only constraint a valid row can fail
-                raise SchemaError(f"row id {p[0]!r} is already stored; row not stored") from exc
+                return
+            except sqlite3.IntegrityError:
+                # The id's hash is a key of the id tables already: a stored row's id,
+                # or (rarely) another id of the same hash. Nothing was stored; the
+                # batch path tells the two apart (SchemaError for a stored id).
+                pass
             except sqlite3.DatabaseError as exc:
                 if _is_damage(exc):
                     raise _damaged(self.path, exc) from exc
                 raise
+            self._store(flat[:-1], "row")
 
     def _insert_booked(self, conn: sqlite3.Connection, flat: list[Any]) -> bool:
-        """Insert a row of a booked task alone (``flat``: its :func:`encode_flat` list);
-        False (nothing stored, bookings forgotten) when another connection has
-        committed since they were seen."""
+        """Insert a row of a booked task with its id's key alone (``flat``: its
+        :func:`encode_flat` list and id hash); False (nothing stored, bookings
+        forgotten) when another connection has committed since they were seen."""
         flat[0] = self._booked_version
         try:
             conn.execute(_INSERT_BOOKED, flat)
@@ -762,8 +870,14 @@ class SqliteStorage(Storage):
         # The rows' records in one flat list, each after a slot for its seq: the
         # parameters of the multi-row INSERTs as they are (see _insert_rows).
         flat = encode_flat(data_batch, _where)
-        if not flat:
-            return
+        if flat:
+            self._store(flat, "batch")
+
+    def _store(self, flat: list[Any], what: str) -> None:
+        """Store the rows of ``flat`` (:func:`encode_flat`'s list) in one transaction.
+
+        ``what``: ``"batch"`` or ``"row"``, for the message of a stored id.
+        """
         ids = flat[_SLOT["id"] :: _ROW_PARAMS]
         if len(set(ids)) != len(ids):
             seen: set[str] = set()
@@ -773,6 +887,7 @@ class SqliteStorage(Storage):
                         f"row id {row_id!r} appears twice in the batch; batch not stored"
                     )
                 seen.add(row_id)
+        hashes = id_hashes(ids)
         # Task bookkeeping, worked out before taking the write lock: per task the
         # offset of its first row in the batch (the reversed pairs' last writes win);
         # the distinct (field, value, task) keys of the batch, per field in order of
@@ -789,11 +904,10 @@ class SqliteStorage(Storage):
         ]
         with self._write() as conn:
             # Rows stored before this batch have seqs below ``first``.
-            first = int(conn.execute(_ASSIGNED).fetchone()[0]) + 1
-            try:
-                self._insert_rows(conn, first, flat)
-            except sqlite3.IntegrityError as exc:
-                raise SchemaError(f"{self._duplicate(conn, ids, first)}; batch not stored") from exc
+            assigned, merged = conn.execute(_ASSIGNED_MERGED).fetchone()
+            first = int(assigned) + 1
+            self._insert_ids(conn, first, ids, hashes, what)
+            self._insert_rows(conn, first, flat)
             tasks = [(tid, first + offset) for tid, offset in firsts.items()]
             if len(tasks) == 1:  # small batches: a plain execute costs less than executemany
                 conn.execute(_TASK_INSERT, tasks[0])
@@ -801,35 +915,125 @@ class SqliteStorage(Storage):
                 conn.executemany(_TASK_INSERT, tasks)
             if keys:
                 conn.executemany(_KEY_INSERT, keys)
+            last = first + len(ids) - 1
+            if last - int(merged or 0) >= _MERGE_ROWS:
+                self._merge_ids(conn, last)
             if self.max_capacity is not None:
                 self._enforce_capacity(conn)
 
     @staticmethod
-    def _insert_rows(conn: sqlite3.Connection, first: int, flat: list[Any]) -> None:
-        # ``flat``: encode_flat's list, whose free slots get the seqs first, first + 1,
-        # ...; inserted in chunks of _CHUNK_ROWS (or what the connection's limit on
-        # parameters allows), then the remainder's powers of two (1000 rows: 512,
-        # 256, 128, 64, 32, 8).
-        limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // _ROW_PARAMS
+    def _insert_chunks(
+        conn: sqlite3.Connection, statements: dict[int, str], params: list[Any], width: int
+    ) -> None:
+        """Run ``statements[k]`` (k rows of ``width`` parameters each) over ``params``.
+
+        Chunks of _CHUNK_ROWS rows (or what the connection's limit on parameters
+        allows), then the remainder's powers of two (1000 rows: 512, 256, 128, 64,
+        32, 8).
+        """
+        limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width
         chunk = min(_CHUNK_ROWS, 1 << max(limit.bit_length() - 1, 0))
-        n = len(flat) // _ROW_PARAMS
-        flat[_SLOT["seq"] :: _ROW_PARAMS] = range(first, first + n)
+        n = len(params) // width
         start = 0
         while start < n:
             k = min(chunk, 1 << ((n - start).bit_length() - 1))
             end = start + k
-            conn.execute(_INSERT_ROWS[k], flat[start * _ROW_PARAMS : end * _ROW_PARAMS])
+            conn.execute(statements[k], params[start * width : end * width])
             start = end
 
+    @classmethod
+    def _insert_rows(cls, conn: sqlite3.Connection, first: int, flat: list[Any]) -> None:
+        # ``flat``: encode_flat's list, whose free slots get the seqs first, first + 1, ...
+        n = len(flat) // _ROW_PARAMS
+        flat[_SLOT["seq"] :: _ROW_PARAMS] = range(first, first + n)
+        cls._insert_chunks(conn, _INSERT_ROWS, flat, _ROW_PARAMS)
+
+    @classmethod
+    def _insert_ids(
+        cls, conn: sqlite3.Connection, first: int, ids: list[str], hashes: list[int], what: str
+    ) -> None:
+        """Key the batch's ids (seqs ``first``, ``first + 1``, ...) in the id tables.
+
+        Raises SchemaError, before anything of the batch is written, when one of
+        them is stored already. The usual case costs one look-up per id in
+        ``row_ids`` and one insert into ``row_ids_new``, in hash order; a hash found
+        in either (a stored id, or another id of the same hash) takes the careful
+        path, which compares the ids themselves.
+        """
+        seqs = range(first, first + len(ids))
+        if not cls._hashes_in(conn, "row_ids", hashes):
+            params: list[Any] = [0] * (2 * len(ids))
+            params[0::2] = hashes
+            params[1::2] = seqs
+            savepoint = "SAVEPOINT ids"
+            conn.execute(savepoint)
+            try:
+                cls._insert_chunks(conn, _INSERT_IDS, params, 2)
+                conn.execute("RELEASE ids")
+                return
+            except sqlite3.IntegrityError:  # a hash of row_ids_new (or twice in the batch)
+                conn.execute("ROLLBACK TO ids")
+                conn.execute("RELEASE ids")
+        stored = cls._stored_ids(conn, ids, hashes)
+        if stored:
+            row_id = next(i for i in ids if i in stored)
+            raise SchemaError(f"row id {row_id!r} is already stored; {what} not stored")
+        # Distinct ids sharing a hash: the first of a hash new to row_ids_new goes
+        # there, the others into row_ids, which holds a hash any number of times.
+        taken = cls._hashes_in(conn, "row_ids_new", hashes)
+        recent: list[tuple[int, int]] = []
+        merged: list[tuple[int, int]] = []
+        for h, seq in zip(hashes, seqs, strict=True):
+            (merged if h in taken else recent).append((h, seq))
+            taken.add(h)
+        conn.executemany("INSERT INTO row_ids_new (h, seq) VALUES (?, ?)", recent)
+        conn.executemany("INSERT INTO row_ids (h, seq) VALUES (?, ?)", merged)
+
     @staticmethod
-    def _duplicate(conn: sqlite3.Connection, ids: Sequence[str], first: int) -> str:
-        # Called inside the failed batch's transaction (rolled back after it), where
-        # the batch's rows inserted before the failure have seqs >= ``first``.
-        for row_id in ids:
-            sql = "SELECT 1 FROM rows WHERE id = ? AND seq < ?"
-            if conn.execute(sql, (row_id, first)).fetchone():
-                return f"row id {row_id!r} is already stored"
-        return "a row id is already stored"
+    def _hashes_in(conn: sqlite3.Connection, table: str, hashes: Sequence[int]) -> set[int]:
+        """Those of ``hashes`` that ``table`` (``row_ids`` or ``row_ids_new``) holds."""
+        found: set[int] = set()
+        step = min(_CHUNK, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
+        for start in range(0, len(hashes), step):
+            part = hashes[start : start + step]
+            marks = ", ".join("?" * len(part))
+            sql = f"SELECT h FROM {table} WHERE h IN ({marks})"
+            found.update(h for (h,) in conn.execute(sql, part))
+        return found
+
+    @staticmethod
+    def _stored_ids(
+        conn: sqlite3.Connection, ids: Sequence[str], hashes: Sequence[int]
+    ) -> set[str]:
+        """Those of ``ids`` (with their ``hashes``) that a stored row has."""
+        found: set[str] = set()
+        step = min(_CHUNK, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 2)
+        for start in range(0, len(ids), step):
+            part = hashes[start : start + step]
+            marks = ", ".join("?" * len(part))
+            sql = (
+                f"SELECT id FROM rows WHERE seq IN (SELECT seq FROM row_ids_new WHERE h IN "
+                f"({marks}) UNION ALL SELECT seq FROM row_ids WHERE h IN ({marks}))"
+            )
+            found.update(i for (i,) in conn.execute(sql, [*part, *part]))
+        return found & set(ids)
+
+    @staticmethod
+    def _merge_ids(conn: sqlite3.Connection, last: int) -> None:
+        """Move ``row_ids_new`` into ``row_ids`` (after the batch whose last seq is ``last``)."""
+        conn.execute("INSERT INTO row_ids (h, seq) SELECT h, seq FROM row_ids_new")
+        conn.execute("DELETE FROM row_ids_new")
+        conn.execute("UPDATE stats SET value = ? WHERE key = 'merged'", (last,))
+
+    @staticmethod
+    def _forget_ids(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> None:
+        """Before ``DELETE FROM rows WHERE {where}``: remove those rows' id keys."""
+        for table in ("row_ids_new", "row_ids"):
+            conn.execute(
+                f"DELETE FROM {table} WHERE (h, seq) IN "
+                f"(SELECT {_ID_HASH_SQL}(id), seq FROM rows WHERE {where})",
+                params,
+            )
 
     @staticmethod
     def _rebuild_keys(conn: sqlite3.Connection, task_id: str | None) -> None:
@@ -889,6 +1093,7 @@ class SqliteStorage(Storage):
                     (excess,),
                 ).fetchall()
                 cut = max(s for _, s in doomed)
+                self._forget_ids(conn, "seq <= ?", (cut,))
                 removed += conn.execute("DELETE FROM rows WHERE seq <= ?", (cut,)).rowcount
                 for tid, _ in doomed:
                     self._shrink_task(conn, tid)
@@ -896,14 +1101,15 @@ class SqliteStorage(Storage):
             oldest = conn.execute("SELECT task_id FROM tasks ORDER BY first_seq LIMIT 2").fetchall()
             tid = oldest[0][0]
             if len(oldest) > 1:
+                self._forget_ids(conn, "task_id = ?", (tid,))
                 removed += conn.execute("DELETE FROM rows WHERE task_id = ?", (tid,)).rowcount
                 conn.execute("DELETE FROM tasks WHERE task_id = ?", (tid,))
                 conn.execute("DELETE FROM task_keys WHERE task_id = ?", (tid,))
             else:  # one task alone exceeds the capacity: keep its newest rows
+                oldest_rows = "seq IN (SELECT seq FROM rows WHERE task_id = ? ORDER BY seq LIMIT ?)"
+                self._forget_ids(conn, oldest_rows, (tid, excess))
                 removed += conn.execute(
-                    "DELETE FROM rows WHERE seq IN "
-                    "(SELECT seq FROM rows WHERE task_id = ? ORDER BY seq LIMIT ?)",
-                    (tid, excess),
+                    f"DELETE FROM rows WHERE {oldest_rows}", (tid, excess)
                 ).rowcount
                 self._shrink_task(conn, tid)
         self._deleted(conn, removed)
@@ -923,15 +1129,16 @@ class SqliteStorage(Storage):
         with self._write() as conn:
             self._deleting(conn)
             self._deleted(conn, conn.execute("DELETE FROM rows").rowcount)
-            conn.execute("DELETE FROM tasks")
-            conn.execute("DELETE FROM task_keys")
+            for table in ("tasks", "task_keys", "row_ids_new", "row_ids"):
+                conn.execute(f"DELETE FROM {table}")
 
     def _upgrade(self, conn: sqlite3.Connection) -> None:
         """Bring an existing file to :data:`FORMAT`, inside the caller's write transaction.
 
-        Format 1 (or a file with no ``stats`` row ``format``) is rewritten: the
-        ``rows`` table is copied into one without AUTOINCREMENT (same seqs), the
-        ``tasks`` table without ``n_rows``, ``task_keys`` built if missing, and the
+        The ``rows`` table of a format 1 or 2 file is copied into one of this
+        format (same seqs; no unique index on ``id``) and ``row_ids`` is built from
+        it. Format 1 (or a file with no ``stats`` row ``format``) also gets its
+        ``tasks`` table without ``n_rows``, ``task_keys`` built if missing, and its
         counters turned into ``high_water``/``dead``. One transaction: a crash
         leaves the old file as it was. Costs a copy of the table (seconds per
         million rows), once. A file of a newer format is refused.
@@ -958,32 +1165,41 @@ class SqliteStorage(Storage):
             found = conn.execute("SELECT seq FROM sqlite_sequence WHERE name = 'rows'").fetchone()
             assigned = max(assigned, int(found[0]) if found else 0)
         live = int(conn.execute("SELECT count(*) FROM rows").fetchone()[0])
-        for index in ("rows_task", "tasks_first"):  # their names are reused by the new tables
+        renamed = ["rows"] if fmt == 2 else ["rows", "tasks"]
+        for index in ("rows_task", "tasks_first")[: len(renamed)]:  # names the new tables reuse
             conn.execute(f"DROP INDEX IF EXISTS {index}")
-        conn.execute("ALTER TABLE rows RENAME TO rows_format1")
-        if "tasks" in tables:
-            conn.execute("ALTER TABLE tasks RENAME TO tasks_format1")
-        conn.execute("DROP TABLE IF EXISTS stats")  # its counters are recomputed above
+        for table in renamed:
+            if table in tables:
+                conn.execute(f"ALTER TABLE {table} RENAME TO {table}_format{fmt}")
+        if fmt == 1:
+            conn.execute("DROP TABLE IF EXISTS stats")  # its counters are recomputed above
         for statement in _SCHEMA.split(";"):
             conn.execute(statement)
         conn.execute(
-            f"INSERT INTO rows ({_COLUMNS}) SELECT {_COLUMNS} FROM rows_format1 ORDER BY seq"
+            f"INSERT INTO rows ({_COLUMNS}) SELECT {_COLUMNS} FROM rows_format{fmt} ORDER BY seq"
         )
-        if "tasks" in tables:
-            conn.execute(
-                "INSERT INTO tasks (task_id, first_seq) "
-                "SELECT task_id, first_seq FROM tasks_format1"
-            )
-            conn.execute("DROP TABLE tasks_format1")
+        conn.execute(f"DROP TABLE rows_format{fmt}")
+        if fmt == 1:
+            if "tasks" in tables:
+                conn.execute(
+                    "INSERT INTO tasks (task_id, first_seq) "
+                    "SELECT task_id, first_seq FROM tasks_format1"
+                )
+                conn.execute("DROP TABLE tasks_format1")
+            else:
+                conn.execute(
+                    "INSERT INTO tasks (task_id, first_seq) "
+                    "SELECT task_id, min(seq) FROM rows GROUP BY task_id"
+                )
+            if "task_keys" not in tables:
+                self._rebuild_keys(conn, None)
+            conn.execute(_STATS, (FORMAT, assigned, assigned - live, assigned))
         else:
-            conn.execute(
-                "INSERT INTO tasks (task_id, first_seq) "
-                "SELECT task_id, min(seq) FROM rows GROUP BY task_id"
-            )
-        conn.execute("DROP TABLE rows_format1")
-        if "task_keys" not in tables:
-            self._rebuild_keys(conn, None)
-        conn.execute(_STATS, (FORMAT, assigned, assigned - live))
+            conn.execute("UPDATE stats SET value = ? WHERE key = 'format'", (FORMAT,))
+            conn.execute(_STATS, (FORMAT, 0, 0, assigned))  # adds 'merged' only
+        conn.execute(
+            f"INSERT INTO row_ids (h, seq) SELECT {_ID_HASH_SQL}(id), seq FROM rows ORDER BY 1, 2"
+        )
         log.info(
             "%s: experience store upgraded from format %d to %d (%d rows, %.1f s)",
             self.path,
@@ -1010,7 +1226,13 @@ class SqliteStorage(Storage):
         rows of those tasks through ``rows_task`` instead of scanning the table.
         """
         where, params = compile_sql(cond)
-        narrow = None if cond is None else _task_filter(cond)
+        if cond is None:
+            return where, params
+        by_id = _id_filter(cond)
+        if by_id is not None:
+            sql, id_params = by_id
+            return f"seq IN ({sql}) AND ({where})", [*id_params, *params]
+        narrow = _task_filter(cond)
         if narrow is None:
             return where, params
         sql, narrow_params, _ = narrow
