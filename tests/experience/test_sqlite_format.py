@@ -1,4 +1,6 @@
-"""SQLite experience store file format 2: counters, seqs, the upgrade of format 1 files.
+"""SQLite experience store formats 2 and 3: counters, seqs, the upgrade of format 1 files.
+
+(Format 3's id tables: ``test_sqlite_row_ids.py``.)
 
 Format 1 (replaystore before format 2) kept an AUTOINCREMENT ``rows.seq`` and two
 counters (``tasks.n_rows``, ``stats.n_rows``) that every commit rewrote. Format 2

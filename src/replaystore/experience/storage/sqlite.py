@@ -202,12 +202,14 @@ _INSERT_ROWS = {
     1 << k: f"INSERT INTO rows ({_COLUMNS}) VALUES " + ", ".join([_ROW_VALUES] * (1 << k))
     for k in range(_CHUNK_ROWS.bit_length())
 }
-# A batch's (id hash, seq) pairs go into row_ids_new the same way, sorted by hash
-# first (by SQLite: inserting in key order keeps the B-tree's cursor near).
+# A batch's (id hash, seq) pairs go into row_ids_new the same way, each unless its
+# hash is in row_ids (one search of its primary key), sorted by hash first (by
+# SQLite: inserting in key order keeps the B-tree's cursor near). Fewer rows
+# inserted than given means a hash was found: see SqliteStorage._insert_ids.
 _INSERT_IDS = {
-    1 << k: "INSERT INTO row_ids_new (h, seq) SELECT * FROM (VALUES "
+    1 << k: "INSERT INTO row_ids_new (h, seq) SELECT column1, column2 FROM (VALUES "
     + ", ".join(["(?, ?)"] * (1 << k))
-    + ") ORDER BY 1"
+    + ") AS v WHERE NOT EXISTS (SELECT 1 FROM row_ids WHERE row_ids.h = v.column1) ORDER BY 1"
     for k in range(_CHUNK_ROWS.bit_length())
 }
 # The next row's seq, as a value in an INSERT ... VALUES (the VALUES form runs
@@ -924,8 +926,9 @@ class SqliteStorage(Storage):
     @staticmethod
     def _insert_chunks(
         conn: sqlite3.Connection, statements: dict[int, str], params: list[Any], width: int
-    ) -> None:
-        """Run ``statements[k]`` (k rows of ``width`` parameters each) over ``params``.
+    ) -> int:
+        """Run ``statements[k]`` (k rows of ``width`` parameters each) over ``params``;
+        the number of rows they inserted.
 
         Chunks of _CHUNK_ROWS rows (or what the connection's limit on parameters
         allows), then the remainder's powers of two (1000 rows: 512, 256, 128, 64,
@@ -934,12 +937,13 @@ class SqliteStorage(Storage):
         limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // width
         chunk = min(_CHUNK_ROWS, 1 << max(limit.bit_length() - 1, 0))
         n = len(params) // width
-        start = 0
+        start = inserted = 0
         while start < n:
             k = min(chunk, 1 << ((n - start).bit_length() - 1))
             end = start + k
-            conn.execute(statements[k], params[start * width : end * width])
+            inserted += conn.execute(statements[k], params[start * width : end * width]).rowcount
             start = end
+        return inserted
 
     @classmethod
     def _insert_rows(cls, conn: sqlite3.Connection, first: int, flat: list[Any]) -> None:
@@ -954,26 +958,29 @@ class SqliteStorage(Storage):
     ) -> None:
         """Key the batch's ids (seqs ``first``, ``first + 1``, ...) in the id tables.
 
-        Raises SchemaError, before anything of the batch is written, when one of
-        them is stored already. The usual case costs one look-up per id in
-        ``row_ids`` and one insert into ``row_ids_new``, in hash order; a hash found
-        in either (a stored id, or another id of the same hash) takes the careful
-        path, which compares the ids themselves.
+        Raises SchemaError, before the batch's rows are written, when one of them
+        is stored already. The usual case is one statement per chunk: each pair
+        inserted into ``row_ids_new`` unless ``row_ids`` holds its hash (one
+        search), in hash order. A hash found in either (a stored id, or another
+        id of the same hash) undoes them and takes the careful path, which
+        compares the ids themselves.
         """
         seqs = range(first, first + len(ids))
-        if not cls._hashes_in(conn, "row_ids", hashes):
-            params: list[Any] = [0] * (2 * len(ids))
-            params[0::2] = hashes
-            params[1::2] = seqs
-            savepoint = "SAVEPOINT ids"
-            conn.execute(savepoint)
-            try:
-                cls._insert_chunks(conn, _INSERT_IDS, params, 2)
-                conn.execute("RELEASE ids")
-                return
-            except sqlite3.IntegrityError:  # a hash of row_ids_new (or twice in the batch)
-                conn.execute("ROLLBACK TO ids")
-                conn.execute("RELEASE ids")
+        params: list[Any] = [0] * (2 * len(ids))
+        params[0::2] = hashes
+        params[1::2] = seqs
+        conn.execute("SAVEPOINT ids")
+        try:
+            # Fewer inserted: a hash of row_ids; IntegrityError: one of row_ids_new (or
+            # twice in the batch).
+            done = cls._insert_chunks(conn, _INSERT_IDS, params, 2) == len(ids)
+        except sqlite3.IntegrityError:
+            done = False
+        if not done:
+            conn.execute("ROLLBACK TO ids")
+        conn.execute("RELEASE ids")
+        if done:
+            return
         stored = cls._stored_ids(conn, ids, hashes)
         if stored:
             row_id = next(i for i in ids if i in stored)
