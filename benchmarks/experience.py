@@ -71,7 +71,8 @@ In one run, on the same rows (20 steps per task, 8 agents), with two payloads:
   (``str(uuid.uuid4())``, seeded here); one-row ``store`` with ``synchronous="NORMAL"``
   (the default; best of 3 fills of 10k rows after a warm-up) and ``"FULL"``;
   4 writer processes with ``store_batch(100)``; the floor: raw sqlite3 one-row
-  commits into the same row table with its two indexes, nothing else.
+  commits into a row table with the store's columns, a unique id index and a
+  ``(task_id, seq)`` index, nothing else.
 * **sample_task(batch_size=32)** with an ``eq`` condition on ``exp_meta.agent_id``
   (1/8 of the tasks) on each full store (1M rows; ``--quick``: 10k), median ms.
 
@@ -935,10 +936,13 @@ def run(quick: bool, peer: Peer) -> str:
         f"({4 * per_writer:,} rows).",
         "",
         f"SQLite floor on this machine: raw sqlite3 one-row commits (BEGIN IMMEDIATE, "
-        f"INSERT, COMMIT; WAL, synchronous=NORMAL) into the same row table with its two "
-        f"indexes and nothing else: {_k(floor)} rows/s ({small:,} rows); our `store` "
+        f"INSERT, COMMIT; WAL, synchronous=NORMAL) into a row table with the store's "
+        f"columns, a unique id index and a (task_id, seq) index (three B-trees, as many as "
+        f"a one-row store writes: rows, rows_task, row_ids_new) and nothing else: "
+        f"{_k(floor)} rows/s ({small:,} rows); our `store` "
         f"reached {sqlite_one['dict'] / floor:.2f}x of it (it also validates and encodes the "
-        f"row and keeps the task tables in the same commit). One-row SQLite figures: best of "
+        f"row, looks its id up and keeps the task tables in the same commit). One-row SQLite "
+        f"figures: best of "
         f"3 fills of {small:,} rows after a warm-up fill.",
         "",
         f"### sample_task(batch_size=32), eq on agent_id, {top:,} rows (median ms)",

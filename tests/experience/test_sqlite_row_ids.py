@@ -274,3 +274,19 @@ def test_the_viewer_finds_a_row_by_id_through_the_id_tables_and_in_older_files(t
     write_format2(tmp_path / "old.sqlite")  # read as it is: by its unique index on id
     old = SqliteReader(tmp_path / "old.sqlite")
     assert old.row("r7").exp_meta.step == 7  # type: ignore[union-attr]
+
+
+def test_id_tables_dropped_by_hand_are_rebuilt_on_open(tmp_path):
+    path = tmp_path / "s.sqlite"
+    store = SqliteStorage(path)
+    store.add_batch([row(f"r{i}", f"t{i % 3}", i) for i in range(10)])
+    store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE row_ids_new")
+    store = SqliteStorage(path)
+    with pytest.raises(SchemaError, match="'r4' is already stored"):
+        store.add(row("r4", "t9"))
+    assert [r.id for r in store.get_all({"field": "id", "op": "eq", "value": "r7"})] == ["r7"]
+    with store._read() as conn:
+        keyed = conn.execute("SELECT h, seq FROM row_ids ORDER BY seq").fetchall()
+    assert keyed == [(id_hash(f"r{i}"), i + 1) for i in range(10)]

@@ -1033,6 +1033,19 @@ class SqliteStorage(Storage):
         conn.execute("UPDATE stats SET value = ? WHERE key = 'merged'", (last,))
 
     @staticmethod
+    def _rebuild_ids(conn: sqlite3.Connection) -> None:
+        """Key every stored row's id in ``row_ids`` afresh (an upgrade, or tables dropped)."""
+        conn.execute("DELETE FROM row_ids_new")
+        conn.execute("DELETE FROM row_ids")
+        conn.execute(
+            f"INSERT INTO row_ids (h, seq) SELECT {_ID_HASH_SQL}(id), seq FROM rows ORDER BY 1, 2"
+        )
+        conn.execute(
+            "UPDATE stats SET value = coalesce((SELECT max(seq) FROM rows), 0) "
+            "WHERE key = 'merged'"
+        )
+
+    @staticmethod
     def _forget_ids(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> None:
         """Before ``DELETE FROM rows WHERE {where}``: remove those rows' id keys."""
         for table in ("row_ids_new", "row_ids"):
@@ -1156,10 +1169,14 @@ class SqliteStorage(Storage):
             found = conn.execute("SELECT value FROM stats WHERE key = 'format'").fetchone()
             fmt = int(found[0]) if found else 1
         if fmt == FORMAT:
-            if "task_keys" not in tables:  # dropped by hand: derived data, rebuilt
+            missing = {"task_keys", "row_ids_new", "row_ids"} - tables
+            if missing:  # dropped by hand: derived data, rebuilt
                 for statement in _SCHEMA.split(";"):
                     conn.execute(statement)
-                self._rebuild_keys(conn, None)
+                if "task_keys" in missing:
+                    self._rebuild_keys(conn, None)
+                if missing != {"task_keys"}:
+                    self._rebuild_ids(conn)
             return
         if fmt > FORMAT:
             raise StorageError(
@@ -1198,15 +1215,13 @@ class SqliteStorage(Storage):
                     "INSERT INTO tasks (task_id, first_seq) "
                     "SELECT task_id, min(seq) FROM rows GROUP BY task_id"
                 )
-            if "task_keys" not in tables:
-                self._rebuild_keys(conn, None)
-            conn.execute(_STATS, (FORMAT, assigned, assigned - live, assigned))
+            conn.execute(_STATS, (FORMAT, assigned, assigned - live, 0))
         else:
             conn.execute("UPDATE stats SET value = ? WHERE key = 'format'", (FORMAT,))
-            conn.execute(_STATS, (FORMAT, 0, 0, assigned))  # adds 'merged' only
-        conn.execute(
-            f"INSERT INTO row_ids (h, seq) SELECT {_ID_HASH_SQL}(id), seq FROM rows ORDER BY 1, 2"
-        )
+            conn.execute(_STATS, (FORMAT, 0, 0, 0))  # adds 'merged' only
+        if "task_keys" not in tables:
+            self._rebuild_keys(conn, None)
+        self._rebuild_ids(conn)
         log.info(
             "%s: experience store upgraded from format %d to %d (%d rows, %.1f s)",
             self.path,
