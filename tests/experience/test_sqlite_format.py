@@ -154,7 +154,7 @@ def test_a_format1_file_is_upgraded_on_open_keeping_rows_seqs_order_and_counts(t
             "format": FORMAT,
             "high_water": 20,  # AUTOINCREMENT had handed out 20 seqs; 11 are gone
             "dead": 11,
-            "merged": 20,  # the ids of the rows kept are keyed in row_ids
+            "merged": 19,  # the newest row kept (seq 19): every id up to it is in row_ids
         }
 
     # The next row gets seq 21, not 20 (the evicted newest row's): seqs are never reused.
