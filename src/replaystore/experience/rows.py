@@ -696,7 +696,8 @@ def id_hashes(ids: list[str]) -> list[int]:
     """:func:`id_hash` of each id of the list, in one compiled call where built."""
     if not _COPY:
         _resolve_jsoncopy()
-    return _ENCODE[3](ids)  # type: ignore[no-any-return]
+    result: list[int] = _ENCODE[3](ids)
+    return result
 
 
 # [dumps_encoders (or a stand-in that always declines), check_row or None, records or
