@@ -10,13 +10,16 @@ Measures, for each storage:
   (``pg_total_relation_size``), the SQLite file, the in-memory process's RSS growth.
 
 Rows are the same simulated episodes as ``benchmarks/experience.py`` (20 steps a
-task, 8 agents, a small JSON state). The PostgreSQL server is ``--postgres-url``
+task, 8 agents, a small JSON state), with ids ``w0-0``, ``w0-1``, ... or, with
+``--ids uuid4``, random ids shaped as AWorld's ``DataRow`` makes them by default
+(``str(uuid.uuid4())``, seeded). The PostgreSQL server is ``--postgres-url``
 (the store goes into a fresh schema, dropped afterwards) or, without it, a
 throwaway local server started from the PostgreSQL binaries with fsync on
 (``tests/postgres_server.py``). Run::
 
     python benchmarks/experience_postgres.py            # full (about five minutes)
     python benchmarks/experience_postgres.py --quick    # smoke test (seconds)
+    python benchmarks/experience_postgres.py --ids uuid4  # AWorld's default row ids
     python benchmarks/experience_postgres.py --postgres-url postgresql://me@db/bench
 """
 
@@ -27,6 +30,7 @@ import contextlib
 import gc
 import multiprocessing
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -53,8 +57,12 @@ WRITERS = 8
 BATCH = 1000
 
 
-def make_rows(n: int, writer: int = 0) -> list[DataRow]:
-    """``n`` rows of simulated episodes: 20 steps per task, 8 agents, JSON state."""
+def make_rows(n: int, writer: int = 0, ids: str = "sequential") -> list[DataRow]:
+    """``n`` rows of simulated episodes: 20 steps per task, 8 agents, JSON state.
+
+    ``ids``: ``"sequential"`` (``w{writer}-{i}``) or ``"uuid4"`` (random, seeded by writer).
+    """
+    rng = random.Random(writer)
     return [
         DataRow(
             ExpMeta(
@@ -73,7 +81,9 @@ def make_rows(n: int, writer: int = 0) -> list[DataRow]:
                 actions=[{"type": "click", "x": i % 640, "y": i % 480}],
                 reward_t=float(i % TASK_LEN == TASK_LEN - 1),
             ),
-            f"w{writer}-{i}",
+            f"w{writer}-{i}"
+            if ids == "sequential"
+            else str(uuid.UUID(int=rng.getrandbits(128), version=4)),
         )
         for i in range(n)
     ]
@@ -110,8 +120,10 @@ def _open(kind: str, where: str) -> Storage:
     return SqliteStorage(where)
 
 
-def _writer(kind: str, where: str, writer: int, n: int, ready: Any, go: Any) -> None:
-    rows = make_rows(n, writer)
+def _writer(
+    kind: str, where: str, writer: int, n: int, ready: Any, go: Any, ids: str = "sequential"
+) -> None:
+    rows = make_rows(n, writer, ids)
     buf = ReplayBuffer(_open(kind, where))
     ready.release()
     go.wait()
@@ -119,12 +131,12 @@ def _writer(kind: str, where: str, writer: int, n: int, ready: Any, go: Any) -> 
         buf.store_batch(rows[i : i + BATCH])
 
 
-def parallel_store_rate(kind: str, where: str, per_writer: int) -> float:
+def parallel_store_rate(kind: str, where: str, per_writer: int, ids: str) -> float:
     """Rows/s in total of WRITERS processes storing ``per_writer`` rows each into one store."""
     store = _open(kind, where)  # creates the tables before the clock starts
     ready, go = multiprocessing.Semaphore(0), multiprocessing.Event()
     procs = [
-        multiprocessing.Process(target=_writer, args=(kind, where, w, per_writer, ready, go))
+        multiprocessing.Process(target=_writer, args=(kind, where, w, per_writer, ready, go, ids))
         for w in range(WRITERS)
     ]
     for p in procs:
@@ -157,11 +169,11 @@ def rss_bytes() -> int:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def fill(store: Storage, n: int, chunk: int = 10_000) -> None:
+def fill(store: Storage, n: int, ids: str, chunk: int = 10_000) -> None:
     """Store ``n`` rows, made and stored ``chunk`` at a time (bounded memory)."""
     buf = ReplayBuffer(store)
     for start in range(0, n, chunk):
-        buf.store_batch(make_rows(min(chunk, n - start), writer=start // chunk))
+        buf.store_batch(make_rows(min(chunk, n - start), start // chunk, ids))
 
 
 def pg_bytes(url: str, schema: str) -> int:
@@ -177,7 +189,7 @@ def pg_bytes(url: str, schema: str) -> int:
         )
 
 
-def run(url: str, quick: bool) -> None:
+def run(url: str, quick: bool, ids: str = "sequential") -> None:
     per_writer = 2_500 if quick else 25_000
     n_big = 20_000 if quick else 1_000_000
     repeats = 5 if quick else 30
@@ -191,13 +203,15 @@ def run(url: str, quick: bool) -> None:
     try:
         print(f"## PostgreSQL beside SQLite and in-memory ({'quick' if quick else 'full'} run)\n")
         print(f"load average before: {os.getloadavg()[0]:.1f}\n")
+        print(f"row ids: {'w0-0, w0-1, ...' if ids == 'sequential' else 'random (uuid4)'}\n")
         print(f"### {WRITERS} writer processes x {per_writer:,} rows, store_batch({BATCH})\n")
         print("| storage | rows | rows/s total | target |")
         print("|---|---:|---:|---:|")
         total = WRITERS * per_writer
-        pg_rate = parallel_store_rate("postgres", f"{url}|{new_schema()}", per_writer)
+        pg_rate = parallel_store_rate("postgres", f"{url}|{new_schema()}", per_writer, ids)
         print(f"| postgres | {total:,} | {pg_rate:,.0f} | >= 50,000 |")
-        sq_rate = parallel_store_rate("sqlite", str(Path(tmp.name) / "eight.sqlite"), per_writer)
+        sq_path = str(Path(tmp.name) / "eight.sqlite")
+        sq_rate = parallel_store_rate("sqlite", sq_path, per_writer, ids)
         print(f"| sqlite | {total:,} | {sq_rate:,.0f} | |")
         print("| memory | - | one process only | |")
 
@@ -216,7 +230,7 @@ def run(url: str, quick: bool) -> None:
             else:
                 store = InMemoryStorage(None)
             start = time.perf_counter()
-            fill(store, n_big)
+            fill(store, n_big, ids)
             fill_s = time.perf_counter() - start
             buf = ReplayBuffer(store, seed=0)
             ms = median_ms(
@@ -266,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("REPLAYSTORE_BENCH_POSTGRES_URL"),
         help="PostgreSQL server to use (default: start a throwaway local one)",
     )
+    parser.add_argument(
+        "--ids",
+        choices=("sequential", "uuid4"),
+        default="sequential",
+        help="row ids: w0-0, w0-1, ... (default) or random, as AWorld's DataRow makes them",
+    )
     args = parser.parse_args(argv)
     try:
         import psycopg  # noqa: F401
@@ -278,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                 "skipped: no --postgres-url and no PostgreSQL binaries (apt-get install postgresql)"
             )
             return 1
-        run(url, args.quick)
+        run(url, args.quick, args.ids)
     return 0
 
 
