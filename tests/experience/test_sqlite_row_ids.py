@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from replaystore.errors import SchemaError
 from replaystore.experience import DataRow, Experience, ExpMeta, InMemoryStorage, SqliteStorage
-from replaystore.experience.rows import id_hash, id_hashes
+from replaystore.experience.rows import _id_hashes_py, id_hash, id_hashes
 from replaystore.experience.storage import sqlite as sqlite_module
 from replaystore.experience.storage.sqlite import FORMAT
 
@@ -51,27 +51,29 @@ def _wal_frames_of_one_batch(path: Path, ids: list[str]) -> int:
     before = wal.stat().st_size
     store.add_batch(rows[20_000:21_000])
     frames = (wal.stat().st_size - before) // (4096 + 24)
-    store._conn.close()  # type: ignore[union-attr]
-    store._conn = None
+    store.close()
     return frames
 
 
 def test_random_ids_write_about_the_pages_sequential_ids_write(tmp_path):
     # Ids of the same length, so that the rows take the same pages. Format 2: 1,000
     # random ids into the unique index of 20k ids dirtied most of its pages.
-    sequential = [f"{i:036d}" for i in range(21_000)]
-    sequential = _wal_frames_of_one_batch(tmp_path / "seq.sqlite", sequential)
+    in_order = [f"{i:036d}" for i in range(21_000)]
+    sequential = _wal_frames_of_one_batch(tmp_path / "seq.sqlite", in_order)
     random_ids = _wal_frames_of_one_batch(tmp_path / "uuid.sqlite", uuid_ids(21_000))
     assert random_ids <= 1.25 * sequential, (random_ids, sequential)
 
 
-def test_the_compiled_and_python_hashes_agree_and_are_fnv1a():
+@pytest.mark.parametrize("hashes", [id_hashes, _id_hashes_py], ids=["built", "python"])
+def test_the_compiled_and_python_hashes_agree_and_are_fnv1a(hashes):
     ids = ["", "a", "w0-1", "é", "\U0001f600x", *uuid_ids(200)]
-    assert id_hashes(ids) == [id_hash(i) for i in ids]
+    assert hashes(ids) == [id_hash(i) for i in ids]
     assert id_hash("") == 0xCBF29CE484222325 - (1 << 64)  # FNV-1a's offset basis
     assert id_hash("a") == 0xAF63DC4C8601EC8C - (1 << 64)
-    with pytest.raises(TypeError, match="not str"):
-        id_hashes(["a", 1])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="item 1 is int, not str"):
+        hashes(["a", 1])
+    with pytest.raises(TypeError, match="list of str, not tuple"):
+        hashes(("a",))
 
 
 def _weak(text: str) -> int:

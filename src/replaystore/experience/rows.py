@@ -682,6 +682,8 @@ def id_hash(row_id: str) -> int:
     :mod:`replaystore.experience.storage.sqlite`). Distinct ids can share a hash;
     whoever looks one up compares the ids themselves.
     """
+    if not isinstance(row_id, str):
+        raise TypeError(f"id_hash() takes a str, not {type(row_id).__name__}")
     h = 0xCBF29CE484222325
     for byte in row_id.encode():
         h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
@@ -689,6 +691,11 @@ def id_hash(row_id: str) -> int:
 
 
 def _id_hashes_py(ids: list[str]) -> list[int]:
+    if not isinstance(ids, list):
+        raise TypeError(f"id_hashes() takes a list of str, not {type(ids).__name__}")
+    for i, row_id in enumerate(ids):
+        if not isinstance(row_id, str):
+            raise TypeError(f"id_hashes(): item {i} is {type(row_id).__name__}, not str")
     return [id_hash(i) for i in ids]
 
 
