@@ -612,9 +612,9 @@ def sqlite_four_writers(stores: Stores, rows_per_writer: int) -> float:
 def sqlite_floor(stores: Stores, n: int) -> float:
     """Rows/s of raw sqlite3 one-row commits in WAL mode with synchronous=NORMAL: the floor.
 
-    A row table with ``SqliteStorage``'s columns, a unique id index and its
-    ``(task_id, seq)`` index: three B-trees, as many as a one-row store of the
-    store writes (``rows``, ``rows_task``, ``row_ids_new``); one ``BEGIN IMMEDIATE`` / ``INSERT`` /
+    A row table with ``SqliteStorage``'s columns, a unique id index and a
+    ``(task_id, seq)`` index: three B-trees, as many as a one-row ``store`` writes
+    (``rows``, ``rows_task``, ``row_ids_new``). One ``BEGIN IMMEDIATE`` / ``INSERT`` /
     ``COMMIT`` per row, SQLite's default checkpointing, and nothing else: no
     validation or encoding (the payload is a fixed text), no task bookkeeping.
     """
