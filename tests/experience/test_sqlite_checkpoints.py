@@ -176,3 +176,25 @@ def test_a_commit_stands_when_no_thread_can_be_started(
         "writers checkpoint every 16384 pages"
     ) == 1
     store.close()
+
+
+def test_a_relative_path_names_the_same_file_after_the_working_directory_changes(
+    tmp_path, monkeypatch
+):
+    # The store, its reconnections and its checkpoint thread must all open the file
+    # it was created with. With the path kept relative, a chdir (a docs test, a
+    # notebook) sent the checkpoint thread and any later connection to another,
+    # empty file in the new directory.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    store = SqliteStorage("exp.sqlite")
+    store.add_batch(episode("t0", 3))
+    monkeypatch.chdir(tmp_path / "b")
+    store.close()  # the next call reconnects
+    store.add_batch(episode("t1", 2))
+    assert store.size() == 5
+    assert store.path == tmp_path / "a" / "exp.sqlite"
+    store.close()
+    assert not (tmp_path / "b" / "exp.sqlite").exists()
+    assert SqliteStorage(tmp_path / "a" / "exp.sqlite").size() == 5

@@ -551,7 +551,8 @@ class SqliteStorage(Storage):
     """Rows in one SQLite file, safe for many writer and reader processes.
 
     Args:
-        path: the database file (created with its parent directory if missing).
+        path: the database file (created with its parent directory if missing); a relative
+            path is taken from the working directory at construction (``.path`` is absolute).
         max_capacity: the most rows kept; ``None`` (default) for no limit.
         eviction: ``"task"`` (default) evicts whole oldest tasks; ``"row"`` single rows.
         timeout: seconds to wait for another process's write lock before failing.
@@ -598,7 +599,9 @@ class SqliteStorage(Storage):
             raise ConfigError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
         self.synchronous = synchronous.upper()
         self.decoders: FieldDecoders | None = as_decoders(decoders)
-        self.path = Path(path)
+        # Absolute: every connection (reconnections, forks, the checkpoint thread) must
+        # open this file whatever the working directory is by then.
+        self.path = Path(path).absolute()
         self.timeout = float(timeout)
         self._conn: sqlite3.Connection | None = None
         self._checkpointer: _Checkpointer | None = None
