@@ -36,6 +36,7 @@ from replaystore.experience.rows import (
     decode_experiences,
     id_hash,
 )
+from replaystore.experience.storage.sqlite import id_seqs_sql
 from replaystore.formats.sqlite_experience import open_readonly
 
 __all__ = [
@@ -171,8 +172,7 @@ class SqliteReader:
         if self._has_table("row_ids"):
             h = id_hash(row_id)
             found = self._query(
-                f"SELECT {_COLUMNS} FROM rows WHERE seq IN (SELECT seq FROM row_ids_new "
-                "WHERE h = ? UNION ALL SELECT seq FROM row_ids WHERE h = ?) AND id = ?",
+                f"SELECT {_COLUMNS} FROM rows WHERE seq IN ({id_seqs_sql(1)}) AND id = ?",
                 [h, h, row_id],
             )
         else:

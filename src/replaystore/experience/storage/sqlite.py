@@ -163,6 +163,8 @@ _STATS = (
 # on every connection this module opens; used where SQL must key rows it reads
 # (deletes, the upgrade), never in the schema, so any SQLite reads the file.
 _ID_HASH_SQL = "replaystore_id_hash"
+# The tables that key the ids (see "Row ids" in the module docstring).
+_ID_TABLES = ("row_ids_new", "row_ids")
 # The recent ids are merged into ``row_ids`` once this many seqs have been handed
 # out since the last merge (see "Row ids" in the module docstring).
 _MERGE_ROWS = 16384
@@ -505,6 +507,14 @@ def _task_filter(cond: Mapping[str, Any]) -> tuple[str, list[Any], bool] | None:
     )
 
 
+def id_seqs_sql(count: int) -> str:
+    """SQL selecting the seqs keyed under ``count`` id hashes, bound twice (one list per
+    id table): a superset of the rows with those ids (hashes can collide), so whoever
+    uses it compares ``rows.id`` too. Shared with the viewer's read-only reader."""
+    marks = ", ".join("?" * count)
+    return " UNION ALL ".join(f"SELECT seq FROM {t} WHERE h IN ({marks})" for t in _ID_TABLES)
+
+
 def _id_filter(cond: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
     """SQL selecting the seqs of every row whose id can match ``cond``, through the id tables.
 
@@ -527,12 +537,7 @@ def _id_filter(cond: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
     values = [cond["value"]] if cond["op"] == "eq" else list(cond["value"])
     # Only strings equal an id (as in the in-memory evaluator).
     hashes = id_hashes(list(dict.fromkeys(v for v in values if isinstance(v, str))))
-    marks = ", ".join("?" * len(hashes))
-    return (
-        f"SELECT seq FROM row_ids_new WHERE h IN ({marks}) "
-        f"UNION ALL SELECT seq FROM row_ids WHERE h IN ({marks})",
-        [*hashes, *hashes],
-    )
+    return id_seqs_sql(len(hashes)), [*hashes, *hashes]
 
 
 def _one_value_tasks(cond: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
@@ -990,7 +995,7 @@ class SqliteStorage(Storage):
             raise SchemaError(f"row id {row_id!r} is already stored; {what} not stored")
         # Distinct ids sharing a hash: the first of a hash new to row_ids_new goes
         # there, the others into row_ids, which holds a hash any number of times.
-        taken = cls._hashes_in(conn, "row_ids_new", hashes)
+        taken = cls._recent_hashes(conn, hashes)
         recent: list[tuple[int, int]] = []
         merged: list[tuple[int, int]] = []
         for h, seq in zip(hashes, seqs, strict=True):
@@ -1000,14 +1005,14 @@ class SqliteStorage(Storage):
         conn.executemany("INSERT INTO row_ids (h, seq) VALUES (?, ?)", merged)
 
     @staticmethod
-    def _hashes_in(conn: sqlite3.Connection, table: str, hashes: Sequence[int]) -> set[int]:
-        """Those of ``hashes`` that ``table`` (``row_ids`` or ``row_ids_new``) holds."""
+    def _recent_hashes(conn: sqlite3.Connection, hashes: Sequence[int]) -> set[int]:
+        """Those of ``hashes`` that ``row_ids_new`` holds."""
         found: set[int] = set()
         step = min(_CHUNK, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
         for start in range(0, len(hashes), step):
             part = hashes[start : start + step]
             marks = ", ".join("?" * len(part))
-            sql = f"SELECT h FROM {table} WHERE h IN ({marks})"
+            sql = f"SELECT h FROM row_ids_new WHERE h IN ({marks})"
             found.update(h for (h,) in conn.execute(sql, part))
         return found
 
@@ -1020,11 +1025,7 @@ class SqliteStorage(Storage):
         step = min(_CHUNK, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 2)
         for start in range(0, len(ids), step):
             part = hashes[start : start + step]
-            marks = ", ".join("?" * len(part))
-            sql = (
-                f"SELECT id FROM rows WHERE seq IN (SELECT seq FROM row_ids_new WHERE h IN "
-                f"({marks}) UNION ALL SELECT seq FROM row_ids WHERE h IN ({marks}))"
-            )
+            sql = f"SELECT id FROM rows WHERE seq IN ({id_seqs_sql(len(part))})"
             found.update(i for (i,) in conn.execute(sql, [*part, *part]))
         return found & set(ids)
 
@@ -1038,20 +1039,19 @@ class SqliteStorage(Storage):
     @staticmethod
     def _rebuild_ids(conn: sqlite3.Connection) -> None:
         """Key every stored row's id in ``row_ids`` afresh (an upgrade, or tables dropped)."""
-        conn.execute("DELETE FROM row_ids_new")
-        conn.execute("DELETE FROM row_ids")
+        for table in _ID_TABLES:
+            conn.execute(f"DELETE FROM {table}")
         conn.execute(
             f"INSERT INTO row_ids (h, seq) SELECT {_ID_HASH_SQL}(id), seq FROM rows ORDER BY 1, 2"
         )
         conn.execute(
-            "UPDATE stats SET value = coalesce((SELECT max(seq) FROM rows), 0) "
-            "WHERE key = 'merged'"
+            "UPDATE stats SET value = coalesce((SELECT max(seq) FROM rows), 0) WHERE key = 'merged'"
         )
 
     @staticmethod
     def _forget_ids(conn: sqlite3.Connection, where: str, params: Sequence[Any]) -> None:
         """Before ``DELETE FROM rows WHERE {where}``: remove those rows' id keys."""
-        for table in ("row_ids_new", "row_ids"):
+        for table in _ID_TABLES:
             conn.execute(
                 f"DELETE FROM {table} WHERE (h, seq) IN "
                 f"(SELECT {_ID_HASH_SQL}(id), seq FROM rows WHERE {where})",
@@ -1152,7 +1152,7 @@ class SqliteStorage(Storage):
         with self._write() as conn:
             self._deleting(conn)
             self._deleted(conn, conn.execute("DELETE FROM rows").rowcount)
-            for table in ("tasks", "task_keys", "row_ids_new", "row_ids"):
+            for table in ("tasks", "task_keys", *_ID_TABLES):
                 conn.execute(f"DELETE FROM {table}")
 
     def _upgrade(self, conn: sqlite3.Connection) -> None:
@@ -1172,7 +1172,7 @@ class SqliteStorage(Storage):
             found = conn.execute("SELECT value FROM stats WHERE key = 'format'").fetchone()
             fmt = int(found[0]) if found else 1
         if fmt == FORMAT:
-            missing = {"task_keys", "row_ids_new", "row_ids"} - tables
+            missing = {"task_keys", *_ID_TABLES} - tables
             if missing:  # dropped by hand: derived data, rebuilt
                 for statement in _SCHEMA.split(";"):
                     conn.execute(statement)
