@@ -207,9 +207,12 @@ _INSERT_ROWS = {
 # A batch's (id hash, seq) pairs go into row_ids_new the same way, each unless its
 # hash is in row_ids (one search of its primary key), sorted by hash first (by
 # SQLite: inserting in key order keeps the B-tree's cursor near). Fewer rows
-# inserted than given means a hash was found: see SqliteStorage._insert_ids.
+# inserted than given means a hash was found: see SqliteStorage._insert_ids. OR
+# IGNORE (a hash of row_ids_new is skipped, not an error): a statement that cannot
+# fail midway needs no statement journal, which otherwise holds a copy of each
+# row_ids_new page the statement changes (0.6-0.7 us a row with uuid4 ids).
 _INSERT_IDS = {
-    1 << k: "INSERT INTO row_ids_new (h, seq) SELECT column1, column2 FROM (VALUES "
+    1 << k: "INSERT OR IGNORE INTO row_ids_new (h, seq) SELECT column1, column2 FROM (VALUES "
     + ", ".join(["(?, ?)"] * (1 << k))
     + ") AS v WHERE NOT EXISTS (SELECT 1 FROM row_ids WHERE row_ids.h = v.column1) ORDER BY 1"
     for k in range(_CHUNK_ROWS.bit_length())
@@ -308,7 +311,9 @@ class _Checkpointer:
     :data:`_CHECKPOINT_INTERVAL`; once the log holds :data:`_WAL_RESTART` pages, a
     RESTART checkpoint, so that the next commit writes the log from its start
     again: it copies what is left, waiting at most :data:`_CHECKPOINT_WAIT` for the
-    write lock and for readers to leave the log. A checkpoint that cannot run now
+    write lock and for readers to leave the log. This process's writers wait for
+    the restart on the store's thread lock (``writers``), which the thread holds
+    through it. A checkpoint that cannot run now
     (busy, disk full) is logged at DEBUG and tried after a later commit; should the
     thread fall behind (or not start), the writers' own auto-checkpoint at
     :data:`_WAL_AUTOCHECKPOINT` pages bounds the log.
@@ -321,8 +326,9 @@ class _Checkpointer:
     starts its own with its first commit.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, writers: threading.RLock) -> None:
         self.path = path
+        self._writers = writers
         self._wake = threading.Event()
         self._busy = threading.Lock()  # held by the thread while it is in SQLite
         self._closed = False
@@ -355,11 +361,34 @@ class _Checkpointer:
         if self._conn is not None:
             _INHERITED.append(self._conn)
 
+    def _hold_writers(self) -> bool:
+        """Take the store's thread lock, which this process's writers take for each
+        write; False (not taken) once the checkpointer is closed.
+
+        Polled, so that :meth:`close`, called under that lock, never waits for a
+        thread that waits for it.
+        """
+        while not self._closed:
+            if self._writers.acquire(timeout=_CHECKPOINT_INTERVAL):
+                return True
+        return False
+
+    def _checkpoint(self, conn: sqlite3.Connection, mode: str) -> int:
+        """Run a ``mode`` checkpoint; the pages in the log (0 if it could not run now)."""
+        with self._busy:  # held in SQLite: a fork waits (see _quiesce_checkpointers)
+            if self._closed:
+                return 0
+            try:
+                return int(conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()[1])
+            except sqlite3.Error as exc:
+                log.debug("%s: background checkpoint not done (%s)", self.path, exc)
+                return 0
+
     def _run(self) -> None:
         conn = None
         try:
             while True:
-                with self._busy:  # held in SQLite: a fork waits (see _quiesce_checkpointers)
+                with self._busy:
                     if self._closed:
                         return
                     if conn is None:
@@ -369,12 +398,15 @@ class _Checkpointer:
                             isolation_level=None,
                             check_same_thread=False,
                         )
+                if self._checkpoint(conn, "PASSIVE") >= _WAL_RESTART and self._hold_writers():
+                    # This process's writers wait on the lock while the restart copies
+                    # what the passive checkpoint left and fsyncs (tens of ms), woken as
+                    # it ends; waiting in SQLite's busy handler, they would sleep its
+                    # steps (1, 2, 5, 10, 15 ms, ...) past it.
                     try:
-                        pages = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]
-                        if pages >= _WAL_RESTART and not self._closed:
-                            conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
-                    except sqlite3.Error as exc:
-                        log.debug("%s: background checkpoint not done (%s)", self.path, exc)
+                        self._checkpoint(conn, "RESTART")
+                    finally:
+                        self._writers.release()
                 if self._closed:
                     return
                 time.sleep(_CHECKPOINT_INTERVAL)
@@ -747,7 +779,7 @@ class SqliteStorage(Storage):
             if not self._wal:
                 return
             try:
-                checkpointer = _Checkpointer(self.path)
+                checkpointer = _Checkpointer(self.path, self._lock)
             except RuntimeError as exc:  # no thread to be had: the commit stands regardless
                 log.warning(
                     "%s: no background checkpoints (%s); writers checkpoint every %d pages",
@@ -970,25 +1002,19 @@ class SqliteStorage(Storage):
         is stored already. The usual case is one statement per chunk: each pair
         inserted into ``row_ids_new`` unless ``row_ids`` holds its hash (one
         search), in hash order. A hash found in either (a stored id, or another
-        id of the same hash) undoes them and takes the careful path, which
-        compares the ids themselves.
+        id of the same hash) leaves a pair out: the batch's pairs are deleted
+        again (theirs are the newest seqs), and the careful path compares the
+        ids themselves.
         """
         seqs = range(first, first + len(ids))
         params: list[Any] = [0] * (2 * len(ids))
         params[0::2] = hashes
         params[1::2] = seqs
-        conn.execute("SAVEPOINT ids")
-        try:
-            # Fewer inserted: a hash of row_ids; IntegrityError: one of row_ids_new (or
-            # twice in the batch).
-            done = cls._insert_chunks(conn, _INSERT_IDS, params, 2) == len(ids)
-        except sqlite3.IntegrityError:
-            done = False
-        if not done:
-            conn.execute("ROLLBACK TO ids")
-        conn.execute("RELEASE ids")
-        if done:
+        if cls._insert_chunks(conn, _INSERT_IDS, params, 2) == len(ids):
             return
+        # A hash of row_ids (not inserted), of row_ids_new or twice in the batch (ignored):
+        # take back this batch's keys (its seqs are the newest) before the careful path.
+        conn.execute("DELETE FROM row_ids_new WHERE seq >= ?", (first,))
         stored = cls._stored_ids(conn, ids, hashes)
         if stored:
             row_id = next(i for i in ids if i in stored)
@@ -1032,7 +1058,7 @@ class SqliteStorage(Storage):
     @staticmethod
     def _merge_ids(conn: sqlite3.Connection, last: int) -> None:
         """Move ``row_ids_new`` into ``row_ids`` (after the batch whose last seq is ``last``)."""
-        conn.execute("INSERT INTO row_ids (h, seq) SELECT h, seq FROM row_ids_new")
+        conn.execute("INSERT OR IGNORE INTO row_ids (h, seq) SELECT h, seq FROM row_ids_new")
         conn.execute("DELETE FROM row_ids_new")
         conn.execute("UPDATE stats SET value = ? WHERE key = 'merged'", (last,))
 
