@@ -311,9 +311,9 @@ class _Checkpointer:
     :data:`_CHECKPOINT_INTERVAL`; once the log holds :data:`_WAL_RESTART` pages, a
     RESTART checkpoint, so that the next commit writes the log from its start
     again: it copies what is left, waiting at most :data:`_CHECKPOINT_WAIT` for the
-    write lock and for readers to leave the log. This process's writers wait for
-    the restart on the store's thread lock (``writers``), which the thread holds
-    through it. A checkpoint that cannot run now
+    write lock and for readers to leave the log. The store's calls in this process
+    (writes and reads) wait for the restart on the store's thread lock
+    (``writers``), which the thread holds through it. A checkpoint that cannot run now
     (busy, disk full) is logged at DEBUG and tried after a later commit; should the
     thread fall behind (or not start), the writers' own auto-checkpoint at
     :data:`_WAL_AUTOCHECKPOINT` pages bounds the log.
@@ -1058,6 +1058,8 @@ class SqliteStorage(Storage):
     @staticmethod
     def _merge_ids(conn: sqlite3.Connection, last: int) -> None:
         """Move ``row_ids_new`` into ``row_ids`` (after the batch whose last seq is ``last``)."""
+        # The (h, seq) pairs are unique (a seq is one row's): nothing is ignored, and a
+        # statement that cannot fail midway needs no statement journal (see _INSERT_IDS).
         conn.execute("INSERT OR IGNORE INTO row_ids (h, seq) SELECT h, seq FROM row_ids_new")
         conn.execute("DELETE FROM row_ids_new")
         conn.execute("UPDATE stats SET value = ? WHERE key = 'merged'", (last,))
