@@ -123,6 +123,28 @@ def test_sharded_buffer_has_one_limiter_for_all_shards(ray_session: Any) -> None
         buf.terminate()
 
 
+def test_a_client_connected_by_name_shares_the_shards_limiter(ray_session: Any) -> None:
+    """ShardedReplayBuffer.connect finds the limiter actor beside the named shards: the
+    creator's inserts count for the client's samples, and the other way round."""
+    buf = ShardedReplayBuffer(
+        2, 20, sampler="uniform", seed=3, name="limited-shards", rate_limiter=_ratio()
+    )
+    try:
+        client = ShardedReplayBuffer.connect("limited-shards")
+        buf.add_batch(_rows(1), shard=0)
+        with pytest.raises(RateLimitTimeout, match="min_size_to_sample=2"):
+            client.sample_batch(1, timeout=0.05)
+        client.add_batch(_rows(3, start=1), shard=1)  # 4 in all: the top of the error range
+        with pytest.raises(RateLimitTimeout, match="actors are ahead"):
+            buf.add_batch(_rows(1, start=4), shard=0, timeout=0.05)
+        assert client.sample_batch(2).batch_size == (2,)
+        buf.add_batch(_rows(2, start=4), shard=0)  # room the client's samples made
+        for limiter in (buf.rate_limiter, client.rate_limiter):
+            assert limiter.state_dict() == {"inserts": 6, "samples": 2, "deletes": 0}
+    finally:
+        buf.terminate()
+
+
 def test_sharded_batch_beyond_the_error_range_goes_on_in_parts(ray_session: Any) -> None:
     ray = ray_session
     buf = ShardedReplayBuffer(2, 50, sampler="prioritized", seed=1, rate_limiter=_ratio())
