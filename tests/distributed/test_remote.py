@@ -128,6 +128,23 @@ def test_transitions_client_matches_local_method_for_method(tmp_path: Path, samp
         local.close()
 
 
+def test_n_step_buffer_hosted_remotely_matches_local() -> None:
+    """n_step and gamma pass through create(); the samples carry the same n-step entries."""
+    kwargs = {"sampler": "uniform", "seed": 9, "storage": "memory", "n_step": 3, "gamma": 0.9}
+    local = ReplayBuffer("cpu", "cpu", 32, **kwargs)
+    remote = RemoteBuffer.create(ReplayBuffer, "cpu", "cpu", 32, **kwargs)
+    try:
+        _both(local, remote, "add_batch", _batch(0, 40))  # episodes of 7; wraps the ring
+        batch = _both(local, remote, "sample_batch", 16)
+        assert {"n_step_return", "n_step_next_obs", "n_step_done", "n_step_discount"} <= set(
+            batch.keys()
+        )
+        _both(local, remote, "sample_by_index", [0, 5, 6, 31])
+    finally:
+        remote.terminate()
+        local.close()
+
+
 @pytest.mark.slow
 def test_iterator_methods_are_refused_clearly() -> None:
     remote = RemoteBuffer.create(ReplayBuffer, "cpu", "cpu", 8, storage="memory")
