@@ -142,6 +142,7 @@ def test_close_under_the_store_lock_stops_a_thread_waiting_for_it(
 ) -> None:
     """The thread wants the store's lock for a restart while the closing thread holds
     it (close runs under it): close returns, the thread stops."""
+    before = set(_checkpointers())  # other tests' stores may still have theirs
     store = SqliteStorage(tmp_path / "s.sqlite")
     closed = threading.Event()
 
@@ -156,7 +157,7 @@ def test_close_under_the_store_lock_stops_a_thread_waiting_for_it(
     closer = threading.Thread(target=write_then_close, daemon=True)
     closer.start()
     assert closed.wait(10), "close() waited for the checkpoint thread, which waited for it"
-    assert wait_until(lambda: not _checkpointers())
+    assert wait_until(lambda: not set(_checkpointers()) - before)
     reopened = SqliteStorage(tmp_path / "s.sqlite")
     assert reopened.size() == 1000
     reopened.close()
