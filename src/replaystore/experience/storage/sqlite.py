@@ -1034,9 +1034,8 @@ class SqliteStorage(Storage):
     def _recent_hashes(conn: sqlite3.Connection, hashes: Sequence[int]) -> set[int]:
         """Those of ``hashes`` that ``row_ids_new`` holds."""
         found: set[int] = set()
-        step = min(_CHUNK, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER))
-        for start in range(0, len(hashes), step):
-            part = hashes[start : start + step]
+        for start in range(0, len(hashes), _CHUNK):
+            part = hashes[start : start + _CHUNK]
             marks = ", ".join("?" * len(part))
             sql = f"SELECT h FROM row_ids_new WHERE h IN ({marks})"
             found.update(h for (h,) in conn.execute(sql, part))
@@ -1048,8 +1047,8 @@ class SqliteStorage(Storage):
     ) -> set[str]:
         """Those of ``ids`` (with their ``hashes``) that a stored row has."""
         found: set[str] = set()
-        step = min(_CHUNK, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 2)
-        for start in range(0, len(ids), step):
+        step = _CHUNK // 2  # each hash is bound twice (see id_seqs_sql)
+        for start in range(0, len(hashes), step):
             part = hashes[start : start + step]
             sql = f"SELECT id FROM rows WHERE seq IN ({id_seqs_sql(len(part))})"
             found.update(i for (i,) in conn.execute(sql, [*part, *part]))
