@@ -9,7 +9,9 @@ bug hunt (a failure prints the seed to reproduce it).
 
 from __future__ import annotations
 
+import json
 import os
+import time
 
 import pytest
 from hypothesis import settings
@@ -36,3 +38,66 @@ def _starts_ray(item: pytest.Item) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     items.sort(key=_starts_ray)  # stable: the order within each group is kept
+
+
+class _RunningTests:
+    """Keeps a JSON file of the tests running now and when each started (``.ci/run``).
+
+    Enabled by ``REPLAYSTORE_RUNNING_TESTS=FILE``, in the process that reports
+    (pytest-xdist's controller, which hears every worker's start and finish, or plain
+    pytest). When the slow step's bound stops pytest, ``.ci/running-report`` reads the
+    file and names each test that was still running, its phase and how long it had run.
+    The file is rewritten atomically at each start, phase and finish.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.started = time.time()
+        self.total: int | None = None
+        self.finished = 0
+        self.running: dict[str, dict[str, object]] = {}
+        self._write()
+
+    def _write(self) -> None:
+        state = {
+            "started": self.started,
+            "total": self.total,
+            "finished": self.finished,
+            "running": self.running,
+        }
+        temporary = f"{self.path}.tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(state, handle)
+        os.replace(temporary, self.path)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if session.items:  # plain pytest (xdist's controller collects nothing)
+            self.total = len(session.items)
+            self._write()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: object, ids: list[str]) -> None:
+        self.total = len(ids)
+        self._write()
+
+    def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
+        self.running[nodeid] = {"started": time.time(), "phase": "setup"}
+        self._write()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        entry = self.running.get(report.nodeid)
+        if entry is not None and report.when in ("setup", "call"):
+            entry["phase"] = "call" if report.when == "setup" else "teardown"
+            entry[f"{report.when}_s"] = round(report.duration, 1)
+            self._write()
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: object) -> None:
+        if self.running.pop(nodeid, None) is not None:
+            self.finished += 1
+            self._write()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = os.environ.get("REPLAYSTORE_RUNNING_TESTS")
+    if path and not hasattr(config, "workerinput"):  # not in an xdist worker
+        config.pluginmanager.register(_RunningTests(path), "replaystore-running-tests")

@@ -20,10 +20,13 @@ from replaystore.errors import ConfigError
 
 __all__ = [
     "DEFAULTS",
+    "PATH_KEYS",
+    "RESUMABLE_KEYS",
     "TOOLS_ENV_VAR",
     "LoopConfig",
     "default_tools_dir",
     "load_config",
+    "resume_changes",
 ]
 
 #: Environment variable naming the directory of the tool environments.
@@ -129,6 +132,90 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+#: Keys whose value is a path, relative to the config file's directory, with the words
+#: that are not paths (``tasks: suite``, ``bootstrap.source: scripted``).
+PATH_KEYS: dict[str, tuple[str, ...]] = {
+    "out": (),
+    "tools_dir": (),
+    "tasks": ("suite",),
+    "model.path": (),
+    "bootstrap.source": ("scripted",),
+    "train.template": (),
+}
+
+#: Keys that ``--resume`` may change (a key listed here covers the keys under it): how
+#: far the run goes, where and how its processes run, how long it waits, how it logs.
+#: A change to any other key (the model, the tasks, the observation, the prompt, the
+#: bootstrap, the buffer, the training template and its overrides, the seeds, what the
+#: server and the policy generate with) would make the finished stages part of another
+#: experiment than the rest, so :func:`resume_changes` reports it and the resume is
+#: refused.
+RESUMABLE_KEYS = frozenset(
+    {
+        "iterations",
+        "out",
+        "tools_dir",
+        "logger",
+        "rollout.workers",
+        "rollout.cdp",
+        "rollout.step_timeout_s",
+        "rollout.task_timeout_s",
+        "train.final",
+        "train.command",
+        "train.env",
+        "serve.python",
+        "serve.host",
+        "serve.port",
+        "serve.startup_timeout_s",
+        "serve.env",
+        "policy.timeout_s",
+        "policy.max_retries",
+    }
+)
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` as ``{"a.b": 1}`` (lists are values; an empty mapping adds nothing,
+    so ``env: {}`` and ``env: {X: "1"}`` differ in ``env.X`` alone)."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _resumable(key: str) -> bool:
+    parts = key.split(".")
+    return any(".".join(parts[:i]) in RESUMABLE_KEYS for i in range(1, len(parts) + 1))
+
+
+def resume_changes(
+    previous: Mapping[str, Any], current: Mapping[str, Any]
+) -> tuple[dict[str, tuple[Any, Any]], dict[str, tuple[Any, Any]]]:
+    """The keys that differ between a run's config and the one it resumes with.
+
+    Both are configs as :meth:`LoopConfig.resolved` gives them (paths absolute), so
+    the same file named from another directory is no change.
+
+    Returns:
+        ``(refused, accepted)``: dotted key -> ``(previous value, current value)``, a
+        key that is missing on one side shown as ``None``. ``accepted`` holds the
+        :data:`RESUMABLE_KEYS`; ``refused`` every other change.
+    """
+    old, new = _flatten(previous), _flatten(current)
+    refused: dict[str, tuple[Any, Any]] = {}
+    accepted: dict[str, tuple[Any, Any]] = {}
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        (accepted if _resumable(key) else refused)[key] = (before, after)
+    return refused, accepted
+
+
 def default_tools_dir() -> Path:
     """``$REPLAYSTORE_LOOP_TOOLS``, else ``~/.cache/replaystore/loop-tools``."""
     value = os.environ.get(TOOLS_ENV_VAR)
@@ -196,6 +283,24 @@ class LoopConfig:
         """``value`` as an absolute path (relative ones from :attr:`base_dir`; ``~`` expanded)."""
         path = Path(value).expanduser()
         return path if path.is_absolute() else self.base_dir / path
+
+    def resolved(self) -> dict[str, Any]:
+        """A copy of :attr:`data` with the :data:`PATH_KEYS` made absolute.
+
+        What the run directory's ``loop.yaml`` and journal record, so that
+        ``--resume --out RUN`` (which reads that ``loop.yaml``, from another directory)
+        finds the same files.
+        """
+        data = copy.deepcopy(self.data)
+        for dotted, words in PATH_KEYS.items():
+            *parents, key = dotted.split(".")
+            section = data
+            for name in parents:
+                section = section[name]
+            value = section[key]
+            if isinstance(value, str) and value not in words:
+                section[key] = os.path.normpath(self.path(value))
+        return data
 
     @property
     def out(self) -> Path:

@@ -9,7 +9,9 @@ resumed run could mistake for finished work.
 
 Layout::
 
-    {"format": 1, "run_token": "...", "suite_port": 41234, "config": {...},
+    {"format": 1, "run_token": "...", "suite_port": 41234,
+     "config": {...}, "config_paths": "absolute",
+     "resumes": [{"at": "2026-11-27T16:05:00+00:00", "changed": {"iterations": [2, 3]}}],
      "baseline": {"success_rate": 0.0, "num_tasks": 14, ...} | null,
      "iterations": [
         {"iteration": 0, "policy": "demonstrations", "checkpoint": null,
@@ -21,11 +23,14 @@ from __future__ import annotations
 
 import json
 import secrets
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from replaystore.atomic import atomic_write_json
 from replaystore.errors import ConfigError
+
+from .config import LoopConfig, resume_changes
 
 __all__ = ["FORMAT", "STAGES", "Journal"]
 
@@ -59,14 +64,22 @@ class Journal:
         self.data = data
 
     @classmethod
-    def open(cls, run_dir: Path, *, resume: bool, config: dict[str, Any]) -> Journal:
+    def open(cls, run_dir: Path, *, resume: bool, config: LoopConfig) -> Journal:
         """The run's journal: read it with ``resume``, else start a new one.
+
+        A resume checks ``config`` against the config the run recorded: a change to a
+        key that changes what the finished stages did (anything outside
+        :data:`~replaystore.loop.config.RESUMABLE_KEYS`) is refused; changes to the
+        others are taken and recorded under ``"resumes"``.
 
         Raises:
             ConfigError: ``resume`` without a journal, a new run over an existing
-                journal, or a journal of an unknown format.
+                journal, a journal of an unknown format, or a resume whose config
+                changes a key that is not resumable (every such key is named, with the
+                run's value and the new one).
         """
         path = run_dir / "journal.json"
+        resolved = config.resolved()
         if resume:
             if not path.exists():
                 raise ConfigError(
@@ -75,8 +88,29 @@ class Journal:
             data = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(data, dict) or data.get("format") != FORMAT:
                 raise ConfigError(f"{path}: not a loop journal of format {FORMAT}")
+            # Journals written before paths were recorded absolute hold the config as
+            # given: compare it with the config as given.
+            current = resolved if data.get("config_paths") == "absolute" else config.data
+            refused, accepted = resume_changes(data.get("config") or {}, current)
+            if refused:
+                changes = "; ".join(
+                    f"{key}: {before!r} in the run, {after!r} now"
+                    for key, (before, after) in refused.items()
+                )
+                raise ConfigError(
+                    f"--resume: the config changes what {run_dir} already did ({changes}); "
+                    "put the run's values back, or start a new run in another out directory"
+                )
             journal = cls(path, data)
-            journal.data["config"] = config
+            if accepted:
+                journal.data.setdefault("resumes", []).append(
+                    {
+                        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+                        "changed": {key: list(pair) for key, pair in accepted.items()},
+                    }
+                )
+            journal.data["config"] = resolved
+            journal.data["config_paths"] = "absolute"
             journal.save()
             return journal
         if path.exists():
@@ -90,7 +124,9 @@ class Journal:
                 "format": FORMAT,
                 "run_token": secrets.token_hex(8),
                 "suite_port": None,
-                "config": config,
+                "config": resolved,
+                "config_paths": "absolute",
+                "resumes": [],
                 "baseline": None,
                 "iterations": [],
             },

@@ -208,7 +208,7 @@ class LoopRunner:
 
     def _run(self, n: int) -> dict[str, Any]:
         cfg = self.config
-        self.journal = Journal.open(self.out, resume=self.resume, config=cfg.data)
+        self.journal = Journal.open(self.out, resume=self.resume, config=cfg)
         needs_model = n > 1 or not cfg.uses_demonstrations or cfg["train"]["final"]
         self.tools = find_tools(
             cfg.tools_dir,
@@ -219,7 +219,7 @@ class LoopRunner:
         token = self.journal.token
         self.marker = run_marker(token)
         kill_strays(token, own_marker=self.marker)
-        atomic_write_text(self.out / "loop.yaml", _dump_yaml(cfg.data))
+        atomic_write_text(self.out / "loop.yaml", _dump_yaml(cfg.resolved()))
         previous = os.environ.get(MARKER_VAR)
         os.environ[MARKER_VAR] = self.marker  # browsers and tools inherit it
         try:
