@@ -45,14 +45,18 @@ def run_cli(*args: Any, cwd: Path | None = None) -> CliResult:
 
 
 def run_cli_subprocess(
-    *args: Any, env: dict[str, str] | None = None, timeout: float = 120
+    *args: Any, env: dict[str, str] | None = None, timeout: float = 120, umask: int = -1
 ) -> CliResult:
-    """``python -m replaystore.cli ARGS...`` in a new process; never raises on failure."""
+    """``python -m replaystore.cli ARGS...`` in a new process; never raises on failure.
+
+    ``umask``: the child's umask (-1: this process's).
+    """
     proc = subprocess.run(
         [sys.executable, "-m", "replaystore.cli", *map(str, args)],
         capture_output=True,
         text=True,
         env=env,
         timeout=timeout,
+        umask=umask,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)

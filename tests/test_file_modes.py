@@ -12,7 +12,6 @@ import base64
 import io
 import json
 import os
-import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 import torch
 from PIL import Image
 
+from file_modes import assert_files_have_mode, mode_of
 from replaystore import atomic
 from replaystore.atomic import (
     atomic_open,
@@ -50,21 +50,6 @@ def umask(request) -> Iterator[int]:
         yield request.param
     finally:
         os.umask(previous)
-
-
-def mode_of(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
-
-
-def assert_files_have_mode(root: Path, expected: int, *, at_least: int = 1) -> list[Path]:
-    """Every regular file under ``root`` (or ``root`` itself) has ``expected`` mode."""
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
-    assert len(files) >= at_least, f"expected at least {at_least} files under {root}"
-    wrong = {
-        str(p.relative_to(root.parent)): oct(mode_of(p)) for p in files if mode_of(p) != expected
-    }
-    assert not wrong, f"files not {oct(expected)}: {wrong}"
-    return files
 
 
 # ---------------------------------------------------------------- the umask itself
@@ -334,34 +319,5 @@ def test_sqlite_store_keeps_the_mode_of_an_existing_file(tmp_path, umask):
     assert mode_of(path) == 0o640
 
 
-# ---------------------------------------------------------------- the demo
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("mask", [0o022, 0o077], ids=lambda m: f"umask{m:03o}")
-def test_demo_outputs_follow_umask(tmp_path, mask):
-    from replaystore.cli import main
-
-    previous = os.umask(mask)
-    try:
-        out = tmp_path / "demo"
-        assert (
-            main(
-                [
-                    "demo",
-                    "--quick",
-                    "--out",
-                    str(out),
-                    "--part",
-                    "trajectories",
-                    "--part",
-                    "experience",
-                ]
-            )
-            == 0
-        )
-    finally:
-        os.umask(previous)
-    files = assert_files_have_mode(out, 0o666 & ~mask, at_least=20)
-    names = {p.name for p in files}
-    assert "dataset_info.json" in names
+# The demo's outputs under umask 022: tests/demos/test_quick_demo.py; under umask 077:
+# tests/transitions/test_demo.py (each on a demo run those files make anyway).

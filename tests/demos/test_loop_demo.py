@@ -1,20 +1,29 @@
 """The ``loop`` demo part: demonstrations, LLaMA-Factory training, vLLM serving, the model acts.
 
-The quick run (module fixture, several minutes on 2 cores: marked slow) is what CI runs
-with the real tools; the skip line without tool environments is a fast test.
+The quick run (module fixture, about 3.5 min on 2 idle cores: marked slow) is what CI
+runs with the real tools; the skip line without tool environments is a fast test. Its
+iteration 1 is the real text-observation rollout against vLLM (the trained model acts,
+its prompts are plain text). The checks that need a vLLM server of their own run
+against one started on the checkpoint the run trained (one more server start, not a
+second model and a second loop): the served model's tokens are the trainer's, and a
+screenshot rollout against this text-only model is one line and exit status 2.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from cli_runner import run_cli
+from cli_runner import run_cli, run_cli_subprocess
 from replaystore.demos import OPT_IN_PARTS, PARTS
 from replaystore.demos.loop import run
+from replaystore.loop.tools import VllmServer, checkpoint_weights
 from replaystore.trajectories.storage import TrajectoryStorage
 
 
@@ -51,7 +60,7 @@ def loop_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(600)
 def test_quick_loop_trains_a_model_that_solves_a_quarter_of_the_suite(
     loop_demo: tuple[Path, str],
 ) -> None:
@@ -67,7 +76,7 @@ def test_quick_loop_trains_a_model_that_solves_a_quarter_of_the_suite(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1200)
+@pytest.mark.timeout(600)
 def test_quick_loop_records_which_policy_and_checkpoint_produced_each_trajectory(
     loop_demo: tuple[Path, str],
 ) -> None:
@@ -85,3 +94,84 @@ def test_quick_loop_records_which_policy_and_checkpoint_produced_each_trajectory
         if s["response"].raw_prompt
     ]
     assert prompts and all(isinstance(m["content"], str) for p in prompts for m in p)
+
+
+@pytest.fixture(scope="module")
+def served(loop_demo: tuple[Path, str]) -> Iterator[tuple[str, Path]]:
+    """The checkpoint the quick loop trained, served by vLLM as ``tiny``: (base URL, dir)."""
+    from replaystore.loop import default_tools_dir, find_tools
+
+    out, _ = loop_demo
+    checkpoint = out / "checkpoints" / "000"
+    assert checkpoint_weights(checkpoint)
+    tools = find_tools(default_tools_dir())
+    assert tools.vllm_python is not None
+    server = VllmServer(
+        tools.vllm_python,
+        max_model_len=4096,
+        extra_args=["--enforce-eager"],
+        env={"VLLM_CPU_KVCACHE_SPACE": "1"},
+    )
+    server.start(checkpoint, "tiny", log_path=out / "logs" / "test-serve.log", stage="test serve")
+    try:
+        assert server.base_url is not None
+        yield server.base_url, checkpoint
+    finally:
+        server.stop()
+    assert server.child is None
+
+
+@pytest.mark.slow
+def test_tiny_model_chat_template_is_chatml(served: tuple[str, Path]) -> None:
+    model = served[1]
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    template = config.get("chat_template") or (model / "chat_template.jinja").read_text()
+    assert "<|im_start|>" in template and "add_generation_prompt" in template
+
+
+@pytest.mark.slow
+def test_screenshot_rollout_against_a_text_model_is_one_line_and_exit_2(
+    served: tuple[str, Path], tmp_path: Path
+) -> None:
+    base_url, _ = served
+    result = run_cli_subprocess(
+        "rollout", "--tasks", "suite", "--policy", "openai", "--base-url", base_url,
+        "--model", "tiny", "--observation", "screenshot", "--max-tasks", "1",
+        "--out", tmp_path / "run", timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "not a multimodal model" in lines[0] and "--observation text" in lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_vllm_tokenizes_prompts_exactly_as_the_training_environment(
+    served: tuple[str, Path],
+) -> None:
+    """The two environments run different transformers (5.6 and 5.19): the served model
+    must see the token ids it was trained on, numbers (coordinates, ports) included."""
+    from replaystore.loop import default_tools_dir, find_tools
+
+    base_url, model = served
+    text = "Task: 38043 @(151,189)\nURL: http://shop.localhost:41234/\nAction: click(72, 27)"
+    request = urllib.request.Request(
+        base_url.removesuffix("/v1") + "/tokenize",
+        data=json.dumps({"model": "tiny", "prompt": text, "add_special_tokens": False}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        served_ids = json.loads(response.read())["tokens"]
+    script = (
+        "import json, sys; from transformers import AutoTokenizer; "
+        "t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+        "print(json.dumps(t(sys.argv[2], add_special_tokens=False)['input_ids']))"
+    )
+    trained = subprocess.run(
+        [str(find_tools(default_tools_dir()).train_python), "-c", script, str(model), text],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(trained.stdout.strip().splitlines()[-1]) == served_ids

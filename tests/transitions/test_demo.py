@@ -1,9 +1,13 @@
-"""The demo (through the real ``replaystore`` command) and the example script run end to end."""
+"""The demo (through the real ``replaystore`` command) and the example script run end to end.
+
+The quick transitions part runs here under umask 077 (its files' modes are checked too).
+The full demo, which trains until CartPole is solved (minutes), is
+``benchmarks/demo.py``, with its figures in ``benchmarks/RESULTS.md``.
+"""
 
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -12,6 +16,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from file_modes import assert_files_have_mode
 from replaystore.transitions import ReplayBuffer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,11 +39,15 @@ def test_quick_demo_runs_through_the_cli_and_writes_its_outputs(tmp_path: Path) 
         text=True,
         timeout=240,
         check=False,
+        umask=0o077,
     )
     assert proc.returncode == 0, proc.stderr
     assert "== transitions ==" in proc.stdout
     assert "reloaded bit-exact, next draws identical" in proc.stdout
     out = tmp_path / "transitions"
+    # Under umask 077 every file the part wrote (the plot, the checkpoint, the memory map)
+    # is private: nothing is made more open than the umask allows.
+    assert_files_have_mode(out, 0o600, at_least=5)
     with Image.open(out / "learning_curve.png") as png:
         png.verify()
     meta = json.loads((out / "checkpoint" / "buffer.metadata").read_text())
@@ -53,28 +62,6 @@ def test_quick_demo_runs_through_the_cli_and_writes_its_outputs(tmp_path: Path) 
     # The memory-mapped buffer directory reopens with everything the demo flushed.
     with ReplayBuffer("cpu", "cpu", meta["buffer_size"], path=out / "replay-memmap") as buf:
         assert len(buf) == 1500
-
-
-@pytest.mark.slow
-def test_full_demo_solves_cartpole(tmp_path: Path) -> None:
-    command = [*_replaystore_command(), "demo", "--part", "transitions"]
-    proc = subprocess.run(
-        [*command, "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    found = re.search(
-        r"average return of the last 20 episodes: 1-step ([0-9.]+) \(solved: >= 195\), "
-        r"3-step ([0-9.]+) \((solved: >= 195|NOT solved within the 1-step run's [0-9,]+ steps)\)",
-        proc.stdout,
-    )
-    assert found is not None, proc.stdout
-    assert float(found.group(1)) >= 195.0
-    with Image.open(tmp_path / "transitions" / "learning_curve.png") as png:
-        png.verify()
 
 
 @pytest.mark.slow
