@@ -19,6 +19,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "markdown_table",
     "median_block_seconds",
     "median_seconds",
+    "replace_generated_block",
 ]
 
 
@@ -121,3 +123,20 @@ def machine_summary() -> str:
         pass
     parts.append(f"{cpu}, {os.cpu_count()} logical CPUs")
     return "; ".join(parts)
+
+
+def replace_generated_block(path: Path, begin: str, end: str, body: str) -> None:
+    """Replace the text between the ``begin`` and ``end`` markers of ``path`` with ``body``
+    (the text around them is kept), atomically.
+
+    Raises:
+        SystemExit: ``path`` lacks either marker.
+    """
+    from replaystore.atomic import atomic_write_text
+
+    doc = path.read_text(encoding="utf-8")
+    if begin not in doc or end not in doc:
+        raise SystemExit(f"{path} has no {begin} ... {end} markers")
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    atomic_write_text(path, f"{head}{begin}\n{body}\n{end}{tail}")

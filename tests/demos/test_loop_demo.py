@@ -12,11 +12,11 @@ screenshot rollout against this text-only model is one line and exit status 2.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,15 +42,9 @@ def test_without_tool_environments_one_skipped_line_names_the_setup_command(
 
 
 @pytest.fixture(scope="module")
-def loop_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    from replaystore.loop import ToolsMissingError, default_tools_dir, find_tools
-
-    try:
-        find_tools(default_tools_dir())
-    except ToolsMissingError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {exc}", pytrace=False)
-        pytest.skip(str(exc))
+def loop_demo(
+    tmp_path_factory: pytest.TempPathFactory, real_tools: Any, chromium: str | None
+) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("demo")
     # CI runs this beside the other xdist worker's tests on 2 cores. The trainer's torch
     # starts one OpenMP thread per core, and with the other core busy its threads wait on
@@ -60,8 +54,9 @@ def loop_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
         patch.setenv("OMP_NUM_THREADS", "1")
         result = run_cli("demo", "--quick", "--part", "loop", "--out", out)
     assert result.returncode == 0, result.stdout + result.stderr
-    if "SKIPPED (no browser)" in result.stdout and os.environ.get("CI", "").lower() != "true":
-        pytest.skip("no browser for the loop demo")
+    assert "SKIPPED" not in result.stdout, (
+        result.stdout
+    )  # the fixtures found the tools and a browser
     return out / "loop", result.stdout
 
 
@@ -103,17 +98,13 @@ def test_quick_loop_records_which_policy_and_checkpoint_produced_each_trajectory
 
 
 @pytest.fixture(scope="module")
-def served(loop_demo: tuple[Path, str]) -> Iterator[tuple[str, Path]]:
+def served(loop_demo: tuple[Path, str], real_tools: Any) -> Iterator[tuple[str, Path]]:
     """The checkpoint the quick loop trained, served by vLLM as ``tiny``: (base URL, dir)."""
-    from replaystore.loop import default_tools_dir, find_tools
-
     out, _ = loop_demo
     checkpoint = out / "checkpoints" / "000"
     assert checkpoint_weights(checkpoint)
-    tools = find_tools(default_tools_dir())
-    assert tools.vllm_python is not None
     server = VllmServer(
-        tools.vllm_python,
+        real_tools.vllm_python,
         max_model_len=4096,
         extra_args=["--enforce-eager"],
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
@@ -154,12 +145,10 @@ def test_screenshot_rollout_against_a_text_model_is_one_line_and_exit_2(
 
 @pytest.mark.slow
 def test_vllm_tokenizes_prompts_exactly_as_the_training_environment(
-    served: tuple[str, Path],
+    served: tuple[str, Path], real_tools: Any
 ) -> None:
     """The two environments run different transformers (5.6 and 5.19): the served model
     must see the token ids it was trained on, numbers (coordinates, ports) included."""
-    from replaystore.loop import default_tools_dir, find_tools
-
     base_url, model = served
     text = "Task: 38043 @(151,189)\nURL: http://shop.localhost:41234/\nAction: click(72, 27)"
     request = urllib.request.Request(
@@ -175,7 +164,7 @@ def test_vllm_tokenizes_prompts_exactly_as_the_training_environment(
         "print(json.dumps(t(sys.argv[2], add_special_tokens=False)['input_ids']))"
     )
     trained = subprocess.run(
-        [str(find_tools(default_tools_dir()).train_python), "-c", script, str(model), text],
+        [str(real_tools.train_python), "-c", script, str(model), text],
         capture_output=True,
         text=True,
         check=True,

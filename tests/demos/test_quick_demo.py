@@ -14,7 +14,6 @@ one per file: CI's slow step is a budget (``.ci/run``). The fast checks of each 
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
 from pathlib import Path
@@ -38,17 +37,8 @@ STALE = "stale-from-an-earlier-run"
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def demo_run(tmp_path_factory: pytest.TempPathFactory, chromium: str | None) -> tuple[Path, str]:
     """``replaystore demo --quick --out OUT`` under umask 022: ``(OUT, stdout)``."""
-    from replaystore.rollouts.browser import BrowserUnavailableError, find_chromium
-
-    try:
-        if find_chromium() is None:
-            raise BrowserUnavailableError("no Chromium found: apt-get install chromium")
-    except BrowserUnavailableError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI=true and {exc}", pytrace=False)
-        pytest.skip(str(exc))
     out = tmp_path_factory.mktemp("demo")
     # Outputs of an earlier run: the demo must replace them (iteration files are immutable).
     earlier = out / "trajectories"

@@ -14,19 +14,14 @@ process, CDP) start browsers of their own.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from replaystore.rollouts.browser import (
     CHROMIUM_ARGS,
-    INSTALL_HINT,
     BrowserPool,
-    BrowserUnavailableError,
-    find_chromium,
 )
 from replaystore.rollouts.sites import LocalSuite
 
@@ -36,32 +31,7 @@ VIEWPORT = (640, 420)
 TEST_MAX_STEPS = {"easy": 5, "medium": 6, "hard": 8}
 
 
-def _no_browser(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="session")
-def chromium() -> str | None:
-    """Path of the Chromium the tests launch (None: Playwright's own browser)."""
-    try:
-        import playwright.async_api  # noqa: F401
-    except ImportError:
-        _no_browser("Playwright is not installed: pip install 'replaystore[rollouts]'")
-    try:
-        path = find_chromium()
-    except BrowserUnavailableError as exc:
-        _no_browser(str(exc))
-        return None
-    if path is None:
-        from playwright.sync_api import sync_playwright
-
-        with sync_playwright() as p:
-            managed = Path(p.chromium.executable_path)
-        if not managed.exists():
-            _no_browser(INSTALL_HINT)
-    return path
+# ``chromium`` (the browser these tests launch) is a fixture of tests/conftest.py.
 
 
 _RUNNER: asyncio.Runner | None = None

@@ -219,7 +219,7 @@ class LoopRunner:
         token = self.journal.token
         self.marker = run_marker(token)
         kill_strays(token, own_marker=self.marker)
-        atomic_write_text(self.out / "loop.yaml", _dump_yaml(cfg.resolved()))
+        atomic_write_text(self.out / "loop.yaml", _dump_yaml(self.journal.data["config"]))
         previous = os.environ.get(MARKER_VAR)
         os.environ[MARKER_VAR] = self.marker  # browsers and tools inherit it
         try:
