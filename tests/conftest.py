@@ -23,7 +23,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "replaystore"))
 
 
 # Test files that start a Ray runtime in the pytest process (the distributed tests,
-# and the README's Ray example run by the docs test). Ray loads its C core and
+# and docs/distributed.md's Ray example run by the docs test). Ray loads its C core and
 # threads into the process, and a process forked from it afterwards (a
 # multiprocessing Manager or writer, without exec) may crash inside Ray's library:
 # seen once under load in CI, a Manager dying mid-test. So these files run last,
