@@ -55,7 +55,8 @@ def test_parse_action_reads_the_grammar(text: str, expected: dict) -> None:
         ("type(1, 2, 3)", "quoted string"),
         ('goto("file:///etc/passwd")', "http(s) URL"),
         ("scroll(left)", "down or up"),
-        ("hover(1, 2)", "unknown action"),
+        ("hover(1, 2)", "takes 1 argument"),
+        ("swipe(1, 2)", "unknown action"),
         ("click(__import__('os').system('x'), 1)", "cannot read"),
     ],
 )

@@ -243,12 +243,15 @@ def test_text_mode_keeps_url_title_and_accessibility_tree(steps):
     )
 
 
-def test_text_mode_default_system_prompt_mentions_no_screenshot(steps):
+def test_text_mode_default_system_prompt_mentions_no_screenshot_and_states_the_actions(steps):
     from replaystore.trajectories.context import DEFAULT_TEXT_SYSTEM_PROMPT
 
     system = build(ConversationBuilder(observation="text"), steps, 1)[0]["content"]
     assert system == DEFAULT_TEXT_SYSTEM_PROMPT
-    assert "screenshot" not in system.lower() and "accessibility tree" in system
+    assert "screenshot" not in system.lower() and "text of a web page" in system
+    # It states the action grammar a text model answers in (element ids, BrowserGym's names).
+    for action in ('click("12")', 'fill("12", "text")', 'select_option(', 'answer("text")'):
+        assert action in system
     assert build(ConversationBuilder(observation="text", system_prompt="S"), steps, 1)[0] == {
         "role": "system",
         "content": "S",
@@ -268,3 +271,14 @@ def test_text_mode_prompt_is_byte_stable_and_needs_no_screenshot_files(steps):
 def test_unknown_observation_mode_is_refused():
     with pytest.raises(ValueError, match="observation must be 'screenshot' or 'text'"):
         ConversationBuilder(observation="pixels")  # type: ignore[arg-type]
+
+
+def test_prompts_leave_out_a_loopback_servers_port():
+    from replaystore.trajectories.context import display_url
+
+    assert display_url("http://shop.localhost:41234/p?q=1") == "http://shop.localhost/p?q=1"
+    assert display_url("http://127.0.0.1:5000/miniwob/a.html") == "http://127.0.0.1/miniwob/a.html"
+    assert display_url("http://[::1]:80/") == "http://[::1]/"
+    # A real site's port is part of its address.
+    assert display_url("https://example.com:8443/x") == "https://example.com:8443/x"
+    assert display_url("https://example.com/x") == "https://example.com/x"

@@ -32,8 +32,9 @@ def add_arguments(parser: Parser) -> None:
         "--part",
         action="append",
         help="run only this part (repeatable); default: all but the opt-in "
-        "'distributed' (Ray: pip install \"replaystore[ray]\") and 'loop' (LLaMA-Factory "
-        "and vLLM: bash .ci/install-loop-tools)",
+        "'distributed' (Ray: pip install \"replaystore[ray]\"), 'loop' (LLaMA-Factory "
+        "and vLLM: bash .ci/install-loop-tools) and 'miniwob' (the loop on MiniWoB++ "
+        "tasks, measured on held-out seeds; also pip install \"replaystore[miniwob]\")",
     )
 
 

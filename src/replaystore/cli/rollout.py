@@ -25,7 +25,15 @@ def add_arguments(parser: Parser) -> None:
     parser.add_argument(
         "--tasks",
         default="suite",
-        help="task file (JSONL/CSV/Parquet), or 'suite' (default): the bundled local website suite",
+        help="task file (JSONL/CSV/Parquet), 'suite' (default): the bundled local website "
+        "suite, or MiniWoB++ tasks: miniwob:click-button,enter-text (miniwob:experts: the 18 "
+        "with a scripted expert; needs the miniwob extra), each once per --seeds seed",
+    )
+    parser.add_argument(
+        "--seeds",
+        metavar="A-B",
+        help="MiniWoB++ seeds: a range 1000-1049, a list 1,2,7, or both (1-5,9); "
+        "required with --tasks miniwob:..., refused otherwise",
     )
     parser.add_argument("--policy", choices=("scripted", "openai"), default="scripted")
     parser.add_argument(
@@ -89,7 +97,12 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from replaystore.rollouts.chat_client import DEFAULT_REQUEST_TIMEOUT_S
+    from replaystore.rollouts.miniwob import is_miniwob_spec
 
+    if is_miniwob_spec(args.tasks) and not args.seeds:
+        raise UsageError("--tasks miniwob:... needs --seeds (e.g. --seeds 1000-1049)")
+    if args.seeds and not is_miniwob_spec(args.tasks):
+        raise UsageError("--seeds is for MiniWoB++ tasks (--tasks miniwob:NAME,...)")
     request_timeout = args.request_timeout or DEFAULT_REQUEST_TIMEOUT_S
     if request_timeout >= args.step_timeout:
         raise UsageError(
@@ -119,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
                 logger_backend=args.logger,
                 cdp_urls=args.cdp or None,
                 max_tasks=args.max_tasks,
+                seeds=args.seeds,
                 observation=args.observation,
                 request_timeout_s=request_timeout,
                 max_concurrency=args.max_concurrency,
@@ -126,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
                 task_timeout_s=args.task_timeout,
             )
         )
-    except BrowserUnavailableError as exc:
+    except (BrowserUnavailableError, ImportError) as exc:  # no browser, or no miniwob package
         print(f"replaystore rollout: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before the iteration started, or after its file was written

@@ -18,7 +18,10 @@ this order, each in ``<out>/<part>/``:
 * ``loop`` (opt-in, ``--part loop``, needs the tool environments of
   ``.ci/install-loop-tools``): WebGym's loop closed for real: demonstrations,
   LLaMA-Factory training of a tiny model, vLLM serving it, the trained model
-  rolling out in the browser.
+  rolling out in the browser;
+* ``miniwob`` (opt-in, ``--part miniwob``, needs the tool environments and the
+  ``miniwob`` extra): the same loop on MiniWoB++ tasks, measured on held-out seeds
+  by the pages' own reward.
 """
 
 from __future__ import annotations
@@ -26,6 +29,6 @@ from __future__ import annotations
 __all__ = ["OPT_IN_PARTS", "PARTS"]
 
 PARTS: tuple[str, ...] = ("transitions", "trajectories", "experience")
-# Run only when named (``--part distributed``, ``--part loop``): they need an optional
-# extra or the loop's tool environments, and they take minutes.
-OPT_IN_PARTS: tuple[str, ...] = ("distributed", "loop")
+# Run only when named (``--part distributed``, ``--part loop``, ``--part miniwob``): they
+# need an optional extra or the loop's tool environments, and they take minutes.
+OPT_IN_PARTS: tuple[str, ...] = ("distributed", "loop", "miniwob")

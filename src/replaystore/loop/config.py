@@ -39,10 +39,21 @@ DEFAULTS: dict[str, Any] = {
     # Iterations, counting iteration 0 (demonstrations when bootstrap.source is set).
     "iterations": 3,
     "seed": 0,
-    # "suite" (the bundled local websites) or a JSONL/CSV/Parquet task file.
+    # "suite" (the bundled local websites), a JSONL/CSV/Parquet task file, or MiniWoB++
+    # tasks: "miniwob:click-button,enter-text" ("miniwob:experts": the 18 with an expert).
     "tasks": "suite",
-    # Tasks per iteration (null: every task not on the blocklist).
+    # Tasks per iteration (null: every task not on the blocklist). Not for MiniWoB++,
+    # whose iterations take seeds_per_iteration seeds of every task.
     "tasks_per_iteration": None,
+    # MiniWoB++ only: the seeds training rollouts draw from; each rollout iteration takes
+    # the next seeds_per_iteration of them for every task (iteration 0's demonstrations
+    # bootstrap.repeats times as many), so no seed is rolled out twice.
+    "train_seeds": "0-99999",
+    "seeds_per_iteration": 10,
+    # MiniWoB++ only: the held-out set every iteration's policy is measured on, with
+    # greedy decoding (the experts, the untrained model, each checkpoint). Its seeds
+    # must not meet train_seeds (checked). tasks: null means the training tasks.
+    "evaluation": {"tasks": None, "seeds": "100000-100049"},
     # "text" (accessibility tree and URL) or "screenshot" (a vision-language model).
     "observation": "text",
     # Where the tool environments are (null: $REPLAYSTORE_LOOP_TOOLS, else
@@ -137,7 +148,7 @@ DEFAULTS: dict[str, Any] = {
 PATH_KEYS: dict[str, tuple[str, ...]] = {
     "out": (),
     "tools_dir": (),
-    "tasks": ("suite",),
+    "tasks": ("suite", "miniwob:"),
     "model.path": (),
     "bootstrap.source": ("scripted",),
     "train.template": (),
@@ -298,7 +309,9 @@ class LoopConfig:
             for name in parents:
                 section = section[name]
             value = section[key]
-            if isinstance(value, str) and value not in words:
+            if isinstance(value, str) and not any(
+                value == w or (w.endswith(":") and value.startswith(w)) for w in words
+            ):
                 section[key] = os.path.normpath(self.path(value))
         return data
 
@@ -312,6 +325,15 @@ class LoopConfig:
         """Where the LLaMA-Factory and vLLM environments are."""
         value = self.data["tools_dir"]
         return default_tools_dir() if value is None else self.path(value)
+
+    @property
+    def on_miniwob(self) -> bool:
+        """The tasks are MiniWoB++ tasks (seeded, scored by the pages, held-out evaluation)."""
+        return str(self.data["tasks"]).startswith("miniwob:")
+
+    def evaluation_tasks(self) -> str:
+        """The held-out evaluation's ``miniwob:`` tasks (the training tasks when not named)."""
+        return self.data["evaluation"]["tasks"] or self.data["tasks"]
 
     @property
     def uses_demonstrations(self) -> bool:
@@ -328,7 +350,10 @@ class LoopConfig:
         _choice(d, "observation", ("text", "screenshot"))
         _choice(d, "logger", ("none", "tensorboard", "wandb"))
         if not isinstance(d["tasks"], str) or not d["tasks"]:
-            raise ConfigError(f"tasks must be 'suite' or a task file path, got {d['tasks']!r}")
+            raise ConfigError(
+                f"tasks must be 'suite', a task file path or 'miniwob:NAME,...', got {d['tasks']!r}"
+            )
+        self._check_miniwob()
         r = d["rollout"]
         _int(r, "workers", 1, "rollout.")
         _int(r, "suite_port", 0, "rollout.")
@@ -407,6 +432,65 @@ class LoopConfig:
             env = d[section][key]
             if not all(isinstance(k, str) for k in env):
                 raise ConfigError(f"{section}.{key} must map names to values, got {env!r}")
+
+    def _check_miniwob(self) -> None:
+        """The MiniWoB++ keys: task names, seeds, and no seed both trained on and held out."""
+        d = self.data
+        evaluation = d["evaluation"]
+        _int(d, "seeds_per_iteration", 1)
+        if not self.on_miniwob:
+            if evaluation["tasks"] is not None:
+                raise ConfigError(
+                    "evaluation.tasks is for MiniWoB++ runs (tasks: miniwob:NAME,...); the "
+                    f"tasks here are {d['tasks']!r}"
+                )
+            return
+        from replaystore.rollouts import miniwob
+
+        if d["tasks_per_iteration"] is not None:
+            raise ConfigError(
+                "tasks_per_iteration is not for MiniWoB++ tasks: each iteration rolls out "
+                "seeds_per_iteration seeds of every task"
+            )
+        miniwob.parse_task_names(d["tasks"])
+        held_out = self.evaluation_tasks()
+        if not isinstance(held_out, str) or not miniwob.is_miniwob_spec(held_out):
+            raise ConfigError(f"evaluation.tasks must be 'miniwob:NAME,...', got {held_out!r}")
+        miniwob.parse_task_names(held_out)
+        try:
+            train = miniwob.parse_seeds(d["train_seeds"])
+        except ConfigError as exc:
+            raise ConfigError(f"train_seeds: {exc}") from None
+        try:
+            held = miniwob.parse_seeds(evaluation["seeds"])
+        except ConfigError as exc:
+            raise ConfigError(f"evaluation.seeds: {exc}") from None
+        overlap = sorted(set(train) & set(held))
+        if overlap:
+            shown = ", ".join(map(str, overlap[:10])) + (" ..." if len(overlap) > 10 else "")
+            raise ConfigError(
+                f"train_seeds {d['train_seeds']!r} and evaluation.seeds {evaluation['seeds']!r} "
+                f"share {len(overlap)} seed(s): {shown}; held-out seeds must never be trained on"
+            )
+        needed = d["seeds_per_iteration"] * (d["iterations"] + d["bootstrap"]["repeats"])
+        if needed > len(train):
+            raise ConfigError(
+                f"train_seeds {d['train_seeds']!r} holds {len(train)} seeds; {d['iterations']} "
+                f"iterations of seeds_per_iteration {d['seeds_per_iteration']} need up to {needed}"
+            )
+
+    def train_seeds(self, k: int) -> list[int]:
+        """Iteration ``k``'s fresh training seeds (MiniWoB++): the next ones of
+        ``train_seeds``, ``seeds_per_iteration`` per iteration and ``bootstrap.repeats``
+        times as many for iteration 0's demonstrations."""
+        from replaystore.rollouts import miniwob
+
+        pool = miniwob.parse_seeds(self.data["train_seeds"])
+        per = self.data["seeds_per_iteration"]
+        first = per * self.data["bootstrap"]["repeats"] if self.uses_demonstrations else per
+        start = 0 if k == 0 else first + per * (k - 1)
+        count = first if k == 0 else per
+        return pool[start : start + count]
 
 
 def load_config(

@@ -37,12 +37,14 @@ __all__ = ["FORMAT", "STAGES", "Journal"]
 FORMAT = 1
 
 #: The stages of one iteration, in order (``model`` and ``baseline`` only in iteration 0
-#: when the loop builds its tiny model / measures the untrained model).
+#: when the loop builds its tiny model / measures the untrained model; ``heldout`` only
+#: on MiniWoB++ tasks).
 STAGES = (
     "sample",
     "serve",
     "rollout",
     "evaluate",
+    "heldout",
     "buffer",
     "export",
     "model",

@@ -11,6 +11,10 @@ One iteration ``k`` (0-based) runs these stages, each recorded in the journal
    headless Chromium (or ``--cdp`` browsers); the evaluator scores each answer;
    the iteration's trajectories are stored as one iteration file (atomic).
 4. ``evaluate``: the iteration's success rate, read back from the stored file.
+   ``heldout`` (MiniWoB++ tasks): the acting policy (the experts in iteration 0,
+   then each checkpoint) plays the fixed held-out set (``evaluation.seeds``, never
+   trained on) with greedy decoding; success per task and their mean, scored by the
+   pages' own reward, stored apart in ``heldout/`` and never trained on.
 5. ``buffer`` and ``export``: the trajectory buffer over the stored iterations
    (successful trajectories, repeated screenshots dropped, recency-weighted
    draw) exported as a LLaMA-Factory ShareGPT dataset.
@@ -120,6 +124,10 @@ class LoopRunner:
         self.tools: ToolPaths | None = None
         self.marker: str | None = None
         self.experiment: Any = None
+        #: The model the server serves now (None: nothing served).
+        self.serving: Path | None = None
+        #: The MiniWoB++ pages' URL while a MiniWoB++ run runs.
+        self.miniwob_url: str | None = None
 
     # ------------------------------------------------------------------ paths
 
@@ -258,6 +266,19 @@ class LoopRunner:
         assert self.journal is not None
         cfg = self.config
         tasks_file = self.out / "tasks.jsonl"
+        if cfg.on_miniwob:
+            # The pages' port is free to change between resumes: nothing the model reads
+            # shows it (the page text has no URL, prompts leave out a loopback port), and
+            # the tasks are made again from their names and seeds.
+            from replaystore.rollouts.miniwob import MiniWoBServer
+
+            with MiniWoBServer() as server:
+                self.miniwob_url = server.url
+                try:
+                    yield tasks_file
+                finally:
+                    self.miniwob_url = None
+            return
         if cfg["tasks"] != "suite":
             source = cfg.path(cfg["tasks"])
             if not source.exists():
@@ -340,6 +361,9 @@ class LoopRunner:
         tasks = self._stage_sample(k, tasks_file)
         self._stage_rollout(k, tasks, acting)
         self._stage_evaluate(k)
+        if cfg.on_miniwob:
+            self._stage_heldout(k, acting)
+        self._stop_server()
         has_data = self._stage_export(k)
         if k == 0 and demos and cfg["model"]["path"] is None:
             corpus = [self.iteration_dir(0) / "dataset" / f"{DATASET_NAME}.json"]
@@ -364,6 +388,8 @@ class LoopRunner:
         from replaystore.pipeline.task_sampler import TaskSampler, load_tasks
 
         path = self.iteration_dir(k) / "tasks.jsonl"
+        if self.config.on_miniwob:
+            return self._sample_miniwob(k, path)
         if self.journal.done(k, "sample") and path.exists():
             return load_tasks(path)
         started = _now()
@@ -395,6 +421,37 @@ class LoopRunner:
         )
         return tasks
 
+    def _sample_miniwob(self, k: int, path: Path) -> list[Any]:
+        """Iteration ``k``'s MiniWoB++ tasks: every training task on its fresh seeds.
+
+        Made again on a resume (the same names and seeds, the pages' current URL)."""
+        assert self.journal is not None and self.miniwob_url is not None
+        from replaystore.rollouts.miniwob import miniwob_tasks
+
+        seeds = self.config.train_seeds(k)
+        tasks = miniwob_tasks(self.config["tasks"], seeds, self.miniwob_url)
+        if not self.journal.done(k, "sample"):
+            lines = [json.dumps(t.to_dict(), ensure_ascii=False) for t in tasks]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, "\n".join(lines) + "\n")
+            self.journal.finish(
+                k, "sample", seconds=0.0, num_tasks=len(tasks), seeds=[seeds[0], seeds[-1]]
+            )
+        return tasks
+
+    def heldout_tasks(self) -> list[Any]:
+        """The fixed held-out MiniWoB++ set (every evaluation task on every held-out seed)."""
+        assert self.miniwob_url is not None
+        from replaystore.rollouts.miniwob import miniwob_tasks
+
+        seeds = self.config["evaluation"]["seeds"]
+        return miniwob_tasks(self.config.evaluation_tasks(), seeds, self.miniwob_url)
+
+    def _stop_server(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        self.serving = None
+
     def _storage(self) -> Any:
         from replaystore.trajectories.storage import TrajectoryStorage
 
@@ -422,6 +479,8 @@ class LoopRunner:
             self._import_demonstrations(k, self.config.path(source))
             return
         repeats = self.config["bootstrap"]["repeats"] if acting is None else 1
+        if self.config.on_miniwob:
+            repeats = 1  # the demonstrations' repeats are more seeds (_sample_miniwob)
         base_url = None
         if acting is not None:
             base_url = self._serve(k, acting, stage=f"serve (iteration {k})")
@@ -460,8 +519,8 @@ class LoopRunner:
                 statuses.update(result.status_counts())
                 timings.update({key: float(v) for key, v in result.timings.items()})
         finally:
-            if self.server is not None:
-                self.server.stop()
+            if not self.config.on_miniwob:
+                self._stop_server()  # a MiniWoB++ iteration's held-out evaluation uses it next
         path = storage.merge_ranks(number)
         seconds = _now() - started
         self.journal.finish(
@@ -539,8 +598,11 @@ class LoopRunner:
                     startup_timeout_s=s["startup_timeout_s"],
                     marker=self.marker,
                 )
+        if self.serving == model and self.server.base_url is not None:
+            return self.server.base_url  # served already (the rollout's, for the held-out set)
         log = self.out / "logs" / f"serve-{k:03d}.log"
         seconds = self.server.start(model, cfg["model"]["name"], log_path=log, stage=stage)
+        self.serving = model
         self.journal.finish(
             k, "serve", seconds=seconds, checkpoint=self.rel(model), log=self.rel(log)
         )
@@ -559,12 +621,17 @@ class LoopRunner:
             max_ac_tree_chars=p["max_ac_tree_chars"],
         )
 
-    def _agent(self, base_url: str | None, rank: int = 0) -> Any:
+    def _agent(self, base_url: str | None, rank: int = 0, *, greedy: bool = False) -> Any:
         from replaystore.rollouts.policy import OpenAIChatPolicy, WebAgent
         from replaystore.rollouts.scripted import ScriptedPolicy
 
         cfg = self.config
         builder = self._builder()
+        if base_url is None and cfg.on_miniwob:
+            from replaystore.rollouts.miniwob_experts import MiniWoBExpert
+
+            expert = MiniWoBExpert()
+            return WebAgent(expert, conversation_builder=builder, image_urls="file")
         if base_url is None:
             b = cfg["bootstrap"]
             policy: Any = ScriptedPolicy(
@@ -578,7 +645,7 @@ class LoopRunner:
         policy = OpenAIChatPolicy(
             base_url,
             cfg["model"]["name"],
-            temperature=p["temperature"],
+            temperature=0.0 if greedy else p["temperature"],
             max_tokens=p["max_tokens"],
             timeout_s=p["timeout_s"],
             max_retries=p["max_retries"],
@@ -596,6 +663,7 @@ class LoopRunner:
         base_url: str | None,
         screenshot_root: Path,
         metadata: dict[str, Any],
+        greedy: bool = False,
     ) -> Any:
         cfg = self.config
         r = cfg["rollout"]
@@ -606,7 +674,7 @@ class LoopRunner:
             from replaystore.rollouts.collector import RolloutCollector
             from replaystore.rollouts.evaluator import Evaluator
 
-            agent = self._agent(base_url, rank)
+            agent = self._agent(base_url, rank, greedy=greedy)
             try:
                 async with BrowserPool(
                     r["workers"], viewport=tuple(r["viewport"]), cdp_urls=r["cdp"] or None
@@ -646,6 +714,50 @@ class LoopRunner:
         self.report(
             f"iteration {k}: success {facts['successful']}/{facts['num_tasks']} = "
             f"{facts['success_rate']:.0%} ({self.journal.iteration(k)['policy']})"
+        )
+
+    def _stage_heldout(self, k: int, acting: Path | None) -> None:
+        """Iteration ``k``'s acting policy on the held-out MiniWoB++ set, greedy; stored in
+        ``heldout/storage`` (never trained on), success per task in the journal."""
+        assert self.journal is not None
+        if self.journal.done(k, "heldout"):
+            return
+        from replaystore.trajectories.storage import TrajectoryStorage
+
+        storage = TrajectoryStorage(self.out / "heldout" / "storage")
+        number = k + 1
+        started = _now()
+        if number not in storage.iterations():
+            folder = storage.root / "screenshots" / f"iteration_{number:06d}"
+            shutil.rmtree(folder, ignore_errors=True)  # an interrupted try's leftovers
+            base_url = None
+            if acting is not None:
+                base_url = self._serve(k, acting, stage=f"held-out evaluation (iteration {k})")
+            who = "demonstrations" if acting is None else "model"
+            result = self._roll_out(
+                self.heldout_tasks(),
+                storage,
+                number,
+                base_url=base_url,
+                screenshot_root=storage.root / "screenshots",
+                metadata={
+                    "policy": who,
+                    "checkpoint": self.rel(acting),
+                    "loop_iteration": k,
+                    "heldout": True,
+                },
+                greedy=True,
+            )
+            error = getattr(result, "model_server_error", None)
+            if error:
+                raise LoopStageError(f"held-out evaluation (iteration {k}): {error}")
+        file = next(f for f in storage.files() if f.iteration == number)
+        facts = _per_task(storage.read_file(file))
+        facts["seeds"] = str(self.config["evaluation"]["seeds"])
+        self.journal.finish(k, "heldout", seconds=_now() - started, **facts)
+        self.report(
+            f"iteration {k}: held-out success {facts['mean']:.0%} over {len(facts['tasks'])} "
+            f"tasks x seeds {facts['seeds']} ({_rates(facts)})"
         )
 
     def _stage_export(self, k: int) -> bool:
@@ -757,6 +869,8 @@ class LoopRunner:
         model = self.initial_model
         root = self.out / "baseline"
         storage = TrajectoryStorage(root / "storage")
+        if self.config.on_miniwob:
+            tasks = self.heldout_tasks()  # measured where every checkpoint is measured
         if 1 not in storage.iterations():
             shutil.rmtree(storage.root / "screenshots", ignore_errors=True)
             base_url = self._serve(0, model, stage="baseline (untrained model)")
@@ -769,10 +883,10 @@ class LoopRunner:
                     base_url=base_url,
                     screenshot_root=storage.root / "screenshots",
                     metadata={"policy": "model", "checkpoint": self.rel(model), "baseline": True},
+                    greedy=True,
                 )
             finally:
-                if self.server is not None:
-                    self.server.stop()
+                self._stop_server()
             error = getattr(result, "model_server_error", None)
             if error:
                 raise LoopStageError(f"baseline: the model server failed: {error}")
@@ -780,7 +894,13 @@ class LoopRunner:
         else:
             seconds = 0.0
         file = next(f for f in storage.files() if f.iteration == 1)
-        facts = _success(storage.read_file(file))
+        trajectories = storage.read_file(file)
+        facts = _success(trajectories)
+        if self.config.on_miniwob:
+            facts["eval"] = {
+                **_per_task(trajectories),
+                "seeds": str(self.config["evaluation"]["seeds"]),
+            }
         self.journal.data["baseline"] = {
             "policy": "model",
             "checkpoint": self.rel(model),
@@ -788,9 +908,10 @@ class LoopRunner:
             **facts,
         }
         self.journal.finish(0, "baseline", seconds=seconds, **facts)
+        where = "the held-out set" if self.config.on_miniwob else "iteration 0's tasks"
         self.report(
             f"untrained model: success {facts['successful']}/{facts['num_tasks']} = "
-            f"{facts['success_rate']:.0%} (baseline/, not trained on)"
+            f"{facts['success_rate']:.0%} on {where} (baseline/, not trained on)"
         )
 
     def _stage_train(self, k: int) -> None:
@@ -882,6 +1003,8 @@ class LoopRunner:
             if not evaluate.get("done"):
                 continue
             train = stages.get("train") or {}
+            heldout = stages.get("heldout") or {}
+            sample = stages.get("sample") or {}
             seconds = {
                 name: round(float(stage.get("seconds", 0.0)), 3)
                 for name, stage in stages.items()
@@ -902,22 +1025,47 @@ class LoopRunner:
                     if train.get("done")
                     else None,
                     "trained_checkpoint": train.get("checkpoint"),
+                    "train_seeds": sample.get("seeds"),
+                    "eval": {
+                        "tasks": {n: r["success_rate"] for n, r in heldout["tasks"].items()},
+                        "mean": heldout["mean"],
+                        "episodes": heldout["episodes"],
+                        "seeds": heldout["seeds"],
+                    }
+                    if heldout.get("done")
+                    else None,
                     "seconds": seconds,
                     "wall_s": record.get("wall_s"),
                     "overhead_share": _overhead_share(stages, record.get("wall_s")),
                 }
             )
-        return {"iterations": rows, "untrained": self.journal.data.get("baseline")}
+        out: dict[str, Any] = {"iterations": rows, "untrained": self.journal.data.get("baseline")}
+        if self.config.on_miniwob:
+            out["evaluation"] = {
+                "tasks": self.config.evaluation_tasks(),
+                "seeds": str(self.config["evaluation"]["seeds"]),
+                "train_seeds": str(self.config["train_seeds"]),
+                "scored_by": "the pages' own reward (WOB_RAW_REWARD_GLOBAL > 0), greedy decoding",
+            }
+        return out
 
     def _write_summary(self) -> dict[str, Any]:
         summary = self.summary()
         atomic_write_json(self.out / "summary.json", summary)
+        if self.config.on_miniwob and any(r["eval"] for r in summary["iterations"]):
+            from .curve import write_learning_curve
+
+            write_learning_curve(summary, self.out / "learning_curve.png")
         if self.experiment is not None and summary["iterations"]:
             self._log_metrics(summary["iterations"][-1])
         return summary
 
     def _log_metrics(self, row: dict[str, Any]) -> None:
         metrics: dict[str, float] = {"loop/success_rate": float(row["success_rate"] or 0.0)}
+        if row.get("eval"):
+            metrics["loop/heldout/mean"] = float(row["eval"]["mean"])
+            for name, rate in row["eval"]["tasks"].items():
+                metrics[f"loop/heldout/{name}"] = float(rate)
         loss = row.get("train_loss") or {}
         for key in ("first", "last"):
             if isinstance(loss.get(key), int | float):
@@ -969,6 +1117,27 @@ def _success(trajectories: list[list[dict[str, Any]]]) -> dict[str, Any]:
         "success_rate": successful / n if n else 0.0,
         "statuses": dict(statuses),
     }
+
+
+def _per_task(trajectories: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Held-out success per MiniWoB++ task (``Task.subdomain``) and the mean over tasks."""
+    from replaystore.trajectories.index import final_reward, is_successful
+
+    by_task: dict[str, list[bool]] = {}
+    for i, trajectory in enumerate(trajectories):
+        task = trajectory[0]["observation"].task
+        won = is_successful(final_reward(trajectory, f"trajectory {i}"), 1.0)
+        by_task.setdefault(str(task.subdomain), []).append(bool(won))
+    tasks = {
+        name: {"success_rate": sum(wins) / len(wins), "episodes": len(wins)}
+        for name, wins in sorted(by_task.items())
+    }
+    mean = sum(t["success_rate"] for t in tasks.values()) / len(tasks) if tasks else 0.0
+    return {"tasks": tasks, "mean": mean, "episodes": len(trajectories)}
+
+
+def _rates(facts: dict[str, Any]) -> str:
+    return ", ".join(f"{n} {t['success_rate']:.0%}" for n, t in facts["tasks"].items())
 
 
 def _dump_yaml(data: dict[str, Any]) -> str:

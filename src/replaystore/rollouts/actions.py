@@ -1,15 +1,33 @@
 """The action grammar a web agent answers with: parse it, and execute it on a page.
 
 One action per model response, after ``Action:`` (see
-:class:`~replaystore.trajectories.response_decomposer.ThinkActionParser`)::
+:class:`~replaystore.trajectories.response_decomposer.ThinkActionParser`).
+
+Actions on an element named by its id, the id of the page text a text-mode model reads
+(:mod:`replaystore.rollouts.page_text`), with BrowserGym's high-level action names so
+its prompts and models transfer::
+
+    click("12")                 click the element
+    fill("12", "text")          replace the text of a textbox (input, textarea)
+    select_option("12", "Red")  choose an option of a select (by its text or value)
+    press("12", "Enter")        press a key (Playwright names: Enter, Tab, Control+a...) in it
+    focus("12") / clear("12") / hover("12") / dblclick("12")
+
+Actions at screenshot coordinates, for a model that sees the screenshot::
 
     click(x, y)            left click at (x, y) CSS pixels of the screenshot
     type(x, y, "text")     click at (x, y), then type the text
-    key("Enter")           press one key (Playwright key names: Enter, Tab, Escape, ArrowDown...)
-    scroll(down|up)        scroll the page by most of a viewport
-    back()                 browser back
-    goto("https://...")    open a URL (http or https only)
-    answer("final answer") end the trajectory; the answer is evaluated
+
+And the page-wide ones::
+
+    key("Enter")                press one key where the focus is
+    scroll(down|up)             scroll the page by most of a viewport
+    scroll(dx, dy)              scroll by (dx, dy) pixels (BrowserGym's form)
+    back()                      browser back
+    goto("https://...")         open a URL (http or https only)
+    noop()                      do nothing (wait for the page)
+    answer("final answer")      end the trajectory; the answer is evaluated
+    send_msg_to_user("...")     BrowserGym's name for answer()
 
 :func:`parse_action` turns the text into a trajectories
 :class:`~replaystore.trajectories.components.Action` whose ``action`` is a dict
@@ -25,6 +43,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -46,13 +65,26 @@ __all__ = [
 ACTION_KEYS: tuple[str, ...] = (
     "click",
     "type",
+    "fill",
+    "select_option",
+    "press",
+    "focus",
+    "clear",
+    "hover",
+    "dblclick",
     "key",
     "scroll",
     "back",
     "goto",
+    "noop",
     "answer",
     "invalid",
 )
+#: Actions that name an element by id and take nothing else.
+_ELEMENT_ONLY = ("focus", "clear", "hover", "dblclick")
+#: How long an element action waits for its element to be actionable (visible,
+#: enabled, not covered): a missing or covered element is an error, not a hang.
+ELEMENT_TIMEOUT_S = 3.0
 
 _CALL = re.compile(r"^\s*([A-Za-z_]+)\s*\((.*)\)\s*$", re.DOTALL)
 _MAX_TEXT = 2000  # characters typed by one action; longer text is almost surely a bad parse
@@ -81,6 +113,15 @@ def _arity(name: str, args: tuple[Any, ...], n: int) -> None:
         raise ValueError(f"{name}() takes {n} argument{'s' if n != 1 else ''}, got {len(args)}")
 
 
+def _element(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f'an element id is a quoted number like "12", got {value!r}')
+    element = str(value).strip()
+    if not element.isdigit():
+        raise ValueError(f'an element id is a number like "12", got {value!r}')
+    return element
+
+
 def parse_action(text: str) -> Action:
     """Parse one action (grammar in the module docstring).
 
@@ -90,9 +131,13 @@ def parse_action(text: str) -> Action:
 
     Returns:
         ``Action(action=dict, action_string=text)``. ``action["key"]`` is one of
-        :data:`ACTION_KEYS`; the other entries: ``x``/``y`` (float pixels) for
-        click/type, ``text`` for type/answer, ``name`` for key, ``direction``
-        (``"down"``/``"up"``) for scroll, ``url`` for goto, ``reason`` for invalid.
+        :data:`ACTION_KEYS`; the other entries: ``element`` (the id, a string of
+        digits) for the element actions (``click("12")`` is ``{"key": "click",
+        "element": "12"}``), ``x``/``y`` (float pixels) for click/type at
+        coordinates, ``text`` for type/fill/answer, ``option`` for select_option,
+        ``name`` for key/press, ``direction`` (``"down"``/``"up"``) or ``dx``/``dy``
+        for scroll, ``url`` for goto, ``reason`` for invalid.
+        ``send_msg_to_user(...)`` is ``answer``.
         Never raises for bad text (that is an ``invalid`` action).
 
     Raises:
@@ -108,10 +153,10 @@ def parse_action(text: str) -> Action:
     if match is None:
         return _invalid(text, f"not an action call like click(x, y): {stripped[:80]!r}")
     name, inner = match.group(1).lower(), match.group(2).strip()
-    if name == "scroll":
+    if name == "scroll" and "," not in inner:
         direction = inner.strip("'\" ").lower()
         if direction not in ("down", "up"):
-            return _invalid(text, f"scroll() takes down or up, got {inner!r}")
+            return _invalid(text, f"scroll() takes down or up, or (dx, dy), got {inner!r}")
         return Action({"key": "scroll", "direction": direction}, text)
     try:
         value = ast.literal_eval(f"({inner},)") if inner else ()
@@ -119,13 +164,50 @@ def parse_action(text: str) -> Action:
         return _invalid(text, f"cannot read the arguments of {name}(): {inner[:80]!r}")
     args: tuple[Any, ...] = tuple(value)
     try:
-        if name == "click":
+        if name == "click" and len(args) == 1 and isinstance(args[0], str):
+            action = {"key": "click", "element": _element(args[0])}
+        elif name == "click":
             _arity(name, args, 2)
             action = {
                 "key": "click",
                 "x": _coordinate(args[0], "x"),
                 "y": _coordinate(args[1], "y"),
             }
+        elif name == "fill":
+            _arity(name, args, 2)
+            typed = _string(args[1], "text")
+            if len(typed) > _MAX_TEXT:
+                raise ValueError(f"text is {len(typed)} characters; at most {_MAX_TEXT}")
+            action = {"key": "fill", "element": _element(args[0]), "text": typed}
+        elif name == "select_option":
+            _arity(name, args, 2)
+            action = {
+                "key": "select_option",
+                "element": _element(args[0]),
+                "option": _string(args[1], "option"),
+            }
+        elif name == "press":
+            _arity(name, args, 2)
+            key = _string(args[1], "key name").strip()
+            if not key:
+                raise ValueError("key name is empty")
+            action = {"key": "press", "element": _element(args[0]), "name": key}
+        elif name in _ELEMENT_ONLY:
+            _arity(name, args, 1)
+            action = {"key": name, "element": _element(args[0])}
+        elif name == "scroll":
+            _arity(name, args, 2)
+            dx, dy = args
+            for label, delta in (("dx", dx), ("dy", dy)):
+                if isinstance(delta, bool) or not isinstance(delta, int | float):
+                    raise ValueError(f"scroll {label} must be a number of pixels, got {delta!r}")
+                if not math.isfinite(delta) or abs(delta) > 100_000:
+                    raise ValueError(f"scroll {label} must be within 100000 pixels, got {delta!r}")
+            action = {"key": "scroll", "dx": float(dx), "dy": float(dy)}
+        elif name == "noop":
+            if len(args) > 1:
+                raise ValueError(f"noop() takes at most 1 argument, got {len(args)}")
+            action = {"key": "noop"}
         elif name == "type":
             _arity(name, args, 3)
             typed = _string(args[2], "text")
@@ -152,7 +234,7 @@ def parse_action(text: str) -> Action:
             if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
                 raise ValueError(f"goto() needs an http(s) URL, got {url[:80]!r}")
             action = {"key": "goto", "url": url}
-        elif name == "answer":
+        elif name in ("answer", "send_msg_to_user"):
             _arity(name, args, 1)
             action = {"key": "answer", "text": _string(args[0], "answer")}
         else:
@@ -169,6 +251,18 @@ def format_action(action: dict[str, Any]) -> str:
         ValueError: ``action["key"]`` is missing or not a known action.
     """
     key = action.get("key")
+    if key in ("click", *_ELEMENT_ONLY) and "element" in action:
+        return f"{key}({_quote(action['element'])})"
+    if key == "fill":
+        return f"fill({_quote(action['element'])}, {_quote(action['text'])})"
+    if key == "select_option":
+        return f"select_option({_quote(action['element'])}, {_quote(action['option'])})"
+    if key == "press":
+        return f"press({_quote(action['element'])}, {_quote(action['name'])})"
+    if key == "noop":
+        return "noop()"
+    if key == "scroll" and "dy" in action:
+        return f"scroll({action['dx']:g}, {action['dy']:g})"
     if key == "click":
         return f"click({action['x']:g}, {action['y']:g})"
     if key == "type":
@@ -187,8 +281,10 @@ def format_action(action: dict[str, Any]) -> str:
 
 
 def _quote(text: str) -> str:
-    # repr() of a str is a Python literal that literal_eval reads back exactly.
-    return repr(str(text))
+    # A Python literal that literal_eval reads back exactly, in double quotes as
+    # BrowserGym writes its actions (json.dumps escapes what repr would, and is a
+    # valid Python string literal for any text).
+    return json.dumps(str(text), ensure_ascii=False)
 
 
 class NavigationWatcher:
@@ -303,7 +399,7 @@ async def execute_action(
 
     key = spec["key"]
     timeout_ms = navigation_timeout_s * 1000.0
-    if key in ("click", "type", "key", "scroll"):
+    if key in ("click", "type", "key", "scroll", "fill", "select_option", "press", *_ELEMENT_ONLY):
         watcher = watcher if watcher is not None else NavigationWatcher(page)
         watcher.mark()
     try:
@@ -311,13 +407,22 @@ async def execute_action(
             return ActionOutcome(done=True, answer=str(spec.get("text", "")))
         if key == "invalid":
             return ActionOutcome(error=str(spec.get("reason", "invalid action")))
-        if key == "click":
+        if key == "noop":
+            await asyncio.sleep(settle_s)
+            return ActionOutcome()
+        if "element" in spec:
+            error = await _on_element(page, spec)
+            if error is not None:
+                return ActionOutcome(error=f"{key}: {error}")
+        elif key == "click":
             await page.mouse.click(spec["x"], spec["y"])
         elif key == "type":
             await page.mouse.click(spec["x"], spec["y"])
             await page.keyboard.type(spec["text"])
         elif key == "key":
             await page.keyboard.press(spec["name"])
+        elif key == "scroll" and "dy" in spec:
+            await page.mouse.wheel(spec["dx"], spec["dy"])
         elif key == "scroll":
             delta = 0.8 * (page.viewport_size or {"height": 600})["height"]
             await page.mouse.wheel(0, delta if spec["direction"] == "down" else -delta)
@@ -337,3 +442,35 @@ async def execute_action(
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return ActionOutcome(error=f"{key}: {first_line}", navigated=key in ("goto", "back"))
     return ActionOutcome(navigated=navigated)
+
+
+async def _on_element(page: Any, spec: dict[str, Any]) -> str | None:
+    """Run an element action (``spec["element"]`` is the id); why it failed, or None."""
+    from .page_text import element_selector
+
+    element = str(spec["element"])
+    locator = page.locator(element_selector(element))
+    if await locator.count() == 0:
+        return f"no element with id {element} on the page"
+    target = locator.first
+    timeout = ELEMENT_TIMEOUT_S * 1000.0
+    key = spec["key"]
+    if key == "click":
+        await target.click(timeout=timeout)
+    elif key == "dblclick":
+        await target.dblclick(timeout=timeout)
+    elif key == "hover":
+        await target.hover(timeout=timeout)
+    elif key == "focus":
+        await target.focus(timeout=timeout)
+    elif key == "clear":
+        await target.clear(timeout=timeout)
+    elif key == "fill":
+        await target.fill(spec["text"], timeout=timeout)
+    elif key == "press":
+        await target.press(spec["name"], timeout=timeout)
+    elif key == "select_option":
+        await target.select_option(spec["option"], timeout=timeout)
+    else:
+        return f"{key} takes no element"
+    return None

@@ -90,8 +90,10 @@ from replaystore.trajectories.response_decomposer import get_action_string
 from replaystore.trajectories.screenshots import fingerprint_image
 from replaystore.trajectories.storage import TrajectoryStorage
 
+from . import miniwob
 from .actions import NavigationWatcher, execute_action, parse_action
 from .browser import BrowserPool, page_snapshot
+from .page_text import page_text
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -116,7 +118,7 @@ DEFAULT_MAX_STEPS: dict[str, int] = {"easy": 10, "medium": 20, "hard": 30}
 DEFAULT_STEP_TIMEOUT_S = 120.0
 
 #: Statuses of a task that ran to its end (anything else is a failure).
-FINISHED_STATUSES = frozenset({"answered", "max_steps", "blocked", "navigation_error"})
+FINISHED_STATUSES = frozenset({"answered", "done", "max_steps", "blocked", "navigation_error"})
 _FAILED_STATUSES = frozenset(
     {"blocked", "navigation_error", "timeout", "step_timeout", "error", "grace_expired"}
 )
@@ -212,9 +214,10 @@ class TaskOutcome:
 
     Attributes:
         task: the task.
-        status: ``answered``, ``max_steps``, ``blocked``, ``navigation_error``
-            (finished), or ``timeout``, ``step_timeout``, ``grace_expired``,
-            ``error``, ``interrupted`` (cut short).
+        status: ``answered``, ``done`` (a MiniWoB++ page ended its episode),
+            ``max_steps``, ``blocked``, ``navigation_error`` (finished), or
+            ``timeout``, ``step_timeout``, ``grace_expired``, ``error``,
+            ``interrupted`` (cut short).
         trajectory: the steps (WebGym step mappings), last one with the reward.
         reward: the final reward (0 for every cut-short task).
         error: what went wrong, or None.
@@ -320,6 +323,7 @@ class _Run:
     __slots__ = (
         "answer",
         "draft",
+        "episode",
         "error",
         "fingerprint",
         "index",
@@ -342,6 +346,8 @@ class _Run:
         # The step in progress: its observation, then the response and action; kept
         # when the step is cut (timeout, grace period) so that nothing reached is lost.
         self.draft: dict[str, Any] | None = None
+        # A MiniWoB++ task's episode as its page last reported it (None: not read yet).
+        self.episode: miniwob.EpisodeState | None = None
         self.start = time.perf_counter()
 
 
@@ -495,6 +501,8 @@ class RolloutCollector:
         for attempt in range(1, tries + 1):
             try:
                 await page.goto(url, wait_until="load", timeout=self.navigation_timeout_s * 1000.0)
+                if miniwob.is_miniwob_task(run.task):
+                    run.task = await miniwob.start_episode(page, run.task)
                 return True
             except PlaywrightError as exc:
                 message = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
@@ -521,6 +529,9 @@ class RolloutCollector:
         png = await take_screenshot(page, str(run.task.task_id))
         t1 = time.perf_counter()
         snap = await page_snapshot(page)
+        if self.observation == "text":
+            skip = miniwob.OBSERVATION_SKIP if miniwob.is_miniwob_task(run.task) else ""
+            snap["tree"] = await page_text(page, skip=skip)
         t2 = time.perf_counter()
         path = folder / f"step_{step:03d}.png"
         fingerprint = await asyncio.to_thread(_write_png, path, png)
@@ -640,6 +651,11 @@ class RolloutCollector:
         if outcome.done:
             run.status = "answered"
             run.answer = outcome.answer
+        elif miniwob.is_miniwob_task(run.task):
+            run.episode = await miniwob.episode_state(page)
+            if run.episode.done:
+                run.status = "done"
+                outcome.done = True
         _account(timings, before, t_start)
         return outcome.done
 
@@ -699,7 +715,10 @@ class RolloutCollector:
             run.steps.append(await self._cut_step(run))
         if not run.steps:
             run.steps = [_placeholder_step(run.task, run.status, run.error)]
-        if run.status in ("answered", "max_steps", "blocked"):
+        if miniwob.is_miniwob_task(run.task):
+            # Scored by the page itself: 1 when it ended the episode with a reward > 0.
+            reward = miniwob.page_reward(run.task, run.episode, run.status)
+        elif run.status in ("answered", "max_steps", "blocked"):
             reward = await self.evaluator.evaluate(
                 run.task, run.answer, run.steps, blocked=run.status == "blocked"
             )

@@ -42,6 +42,7 @@ async def rollout(
     logger_backend: str = "none",
     cdp_urls: Sequence[str] | None = None,
     max_tasks: int | None = None,
+    seeds: str | Sequence[int] | None = None,
     progress: bool | None = None,
     observation: str = "screenshot",
     request_timeout_s: float | None = None,
@@ -51,15 +52,21 @@ async def rollout(
     """Run one rollout iteration; returns the :class:`~.collector.IterationResult`.
 
     Args:
-        tasks: a JSONL/CSV/Parquet task file, or ``"suite"`` for the local suite
-            (served on 127.0.0.1 for the duration of the run).
+        tasks: a JSONL/CSV/Parquet task file, ``"suite"`` for the local suite
+            (served on 127.0.0.1 for the duration of the run), or MiniWoB++ tasks
+            (``"miniwob:click-button,enter-text"``, each once per seed of ``seeds``;
+            pages served on 127.0.0.1, scored by the pages' own reward).
         out: run directory: ``storage/``, ``blocklist.jsonl``, ``task_history.json``, ``logs/``.
-        policy: ``"scripted"`` or ``"openai"`` (needs ``base_url`` and ``model``).
+        policy: ``"scripted"`` (the bundled suite's scripted policy, or the MiniWoB++
+            experts of :mod:`~.miniwob_experts`) or ``"openai"`` (needs ``base_url``
+            and ``model``).
         workers: contexts (tasks) at once.
         iteration: iteration number (default: the storage's next one).
         logger_backend: ``none``, ``wandb`` or ``tensorboard``.
         cdp_urls: use running browsers over CDP instead of launching one.
         max_tasks: roll out only the first N (>= 1) tasks not on the blocklist.
+        seeds: the MiniWoB++ seeds (``"1000-1049"``, ``"1,2,7"`` or a list of ints);
+            required with ``miniwob:`` tasks.
         observation: ``"screenshot"`` or ``"text"`` (prompts without images; use it
             for a model that reads no images: vLLM answers a screenshot sent to one
             with HTTP 400 "... is not a multimodal model").
@@ -89,6 +96,7 @@ async def rollout(
     from .chat_client import DEFAULT_REQUEST_TIMEOUT_S
     from .collector import DEFAULT_STEP_TIMEOUT_S, RolloutCollector
     from .evaluator import Evaluator
+    from .miniwob import MiniWoBServer, is_miniwob_spec, miniwob_tasks
     from .policy import OpenAIChatPolicy, WebAgent
     from .scripted import ScriptedPolicy
     from .sites import LocalSuite
@@ -108,9 +116,19 @@ async def rollout(
         )
     if observation not in OBSERVATION_MODES:
         raise ConfigError(f"unknown observation {observation!r}; use screenshot or text")
+    on_miniwob = is_miniwob_spec(str(tasks))
+    if on_miniwob and seeds is None:
+        raise ConfigError("MiniWoB++ tasks need seeds (e.g. seeds='1000-1049')")
+    if seeds is not None and not on_miniwob:
+        raise ConfigError("seeds are for MiniWoB++ tasks (tasks='miniwob:NAME,...')")
     builder = ConversationBuilder(observation=observation)  # type: ignore[arg-type]
-    if policy == "scripted":
-        chosen: Any = ScriptedPolicy()
+    if policy == "scripted" and on_miniwob:
+        from .miniwob_experts import MiniWoBExpert
+
+        chosen: Any = MiniWoBExpert()
+        agent = WebAgent(chosen, conversation_builder=builder, image_urls="file")
+    elif policy == "scripted":
+        chosen = ScriptedPolicy()
         agent = WebAgent(chosen, conversation_builder=builder, image_urls="file")
     elif policy == "openai":
         if not base_url or not model:
@@ -131,6 +149,9 @@ async def rollout(
         if str(tasks) == SUITE:
             suite = stack.enter_context(LocalSuite())
             task_list = suite.tasks()
+        elif on_miniwob:
+            server = stack.enter_context(MiniWoBServer())
+            task_list = miniwob_tasks(str(tasks), seeds, server.url)  # type: ignore[arg-type]
         else:
             task_list = await asyncio.to_thread(load_tasks, tasks)
             if not task_list:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from replaystore.errors import ArgumentError, ImageError, SchemaError, TrajectoryError
 from replaystore.images import image_to_data_url, image_to_file_url
@@ -65,9 +66,11 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 #: The default system prompt of ``observation="text"`` (a text-only model sees no screenshot).
 DEFAULT_TEXT_SYSTEM_PROMPT = (
-    "You are a web agent. You see the URL, the title and the accessibility tree of a web "
-    "page and complete the user's task one browser action at a time. Think step by step, "
-    "then give exactly one action."
+    "You are a web agent. You see the URL, the title and the text of a web page, one line "
+    "per element or text, each ending with its id (button 'Submit' id=12). Complete the "
+    "user's task one browser action at a time. Think step by step, then give exactly one "
+    'action after "Action: ", one of: click("12"), fill("12", "text"), '
+    'select_option("12", "option"), press("12", "Enter"), scroll(0, 300), answer("text").'
 )
 
 #: What the model is shown of a page: ``screenshot`` (image + accessibility tree and URL)
@@ -224,11 +227,28 @@ def _text(text: str) -> dict[str, str]:
     return {"type": "text", "text": text}
 
 
+_LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
+
+
+def display_url(url: str) -> str:
+    """``url`` as a prompt shows it: a loopback server's port left out
+    (``http://shop.localhost:41234/p`` is ``http://shop.localhost/p``), so that
+    nothing the model reads depends on the port a local server happened to bind."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is None or not (
+        host in _LOOPBACK or host.endswith(".localhost") or host == "::1"
+    ):
+        return url
+    netloc = f"[{host}]" if ":" in host else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def _page_lines(observation: Observation) -> str:
     meta = observation.page_metadata or {}
     lines = ""
     if meta.get("url"):
-        lines += f"\nURL: {meta['url']}"
+        lines += f"\nURL: {display_url(str(meta['url']))}"
     if meta.get("title"):
         lines += f"\nTitle: {meta['title']}"
     return lines

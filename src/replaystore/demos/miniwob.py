@@ -1,0 +1,151 @@
+"""Demo part ``miniwob`` (opt-in: ``--part miniwob``): the loop on MiniWoB++, measured on
+seeds it never trained on.
+
+Iteration 0 rolls out the scripted experts (:mod:`replaystore.rollouts.miniwob_experts`)
+on training seeds; LLaMA-Factory trains a tiny Qwen2, built here with no download, on
+their steps; vLLM serves the checkpoint; from iteration 1 the trained model acts alone.
+Every iteration's acting policy (the experts, then each checkpoint), and the untrained
+model, play one fixed held-out set of seeds with greedy decoding, scored by the pages'
+own reward. Writes ``summary.json`` (``eval`` per iteration) and ``learning_curve.png``.
+
+The quick form (CI's learning test) runs four easy tasks; the full form the 18 tasks
+with an expert (``benchmarks/miniwob_loop.py`` runs it and records the table).
+
+Needs the tool environments (``bash .ci/install-loop-tools``), a Chromium and the
+``miniwob`` extra; without them :func:`run` returns one ``SKIPPED`` line saying how to
+get them, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+__all__ = ["full_config", "quick_config", "run", "summary_lines"]
+
+logger = logging.getLogger("replaystore.demos.miniwob")
+
+_COMMON: dict[str, Any] = {
+    "observation": "text",
+    "bootstrap": {"source": "scripted"},
+    "prompt": {"history_window": 2},
+    "rollout": {"workers": 4, "viewport": [400, 300]},
+    "buffer": {"filter_same_screenshot": False},
+    "policy": {"max_tokens": 64},
+    "train_seeds": "0-99999",
+}
+
+
+def quick_config() -> dict[str, Any]:
+    """Four easy tasks, one trained iteration: CI's learning test (``.ci/run``)."""
+    return {
+        **_COMMON,
+        "tasks": "miniwob:quick",
+        "iterations": 2,
+        "seeds_per_iteration": 5,
+        "bootstrap": {**_COMMON["bootstrap"], "repeats": 12},
+        "evaluation": {"seeds": "100000-100009"},
+        "model": {
+            "tiny": {"layers": 2, "hidden": 256, "heads": 4, "vocab": 1024},
+            "evaluate_untrained": True,
+        },
+        "train": {"final": False, "overrides": {"num_train_epochs": 8}},
+    }
+
+
+def full_config() -> dict[str, Any]:
+    """The 18 tasks with an expert, three iterations of the model acting."""
+    return {
+        **_COMMON,
+        "tasks": "miniwob:experts",
+        "iterations": 4,
+        "seeds_per_iteration": 10,
+        "bootstrap": {**_COMMON["bootstrap"], "repeats": 10},
+        "evaluation": {"seeds": "100000-100049"},
+        "model": {
+            "tiny": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 2048},
+            "evaluate_untrained": True,
+        },
+        "train": {"final": False, "overrides": {"num_train_epochs": 8}},
+    }
+
+
+def summary_lines(summary: dict[str, Any], out: Path) -> list[str]:
+    """The lines ``replaystore demo`` prints for this part."""
+    evaluation = summary.get("evaluation") or {}
+    lines = [
+        f"MiniWoB++ {evaluation.get('tasks')}: trained on seeds from "
+        f"{evaluation.get('train_seeds')}, measured on held-out seeds "
+        f"{evaluation.get('seeds')} by the pages' own reward (greedy decoding)",
+        "policy: iteration 0 is the scripted experts' demonstrations; from iteration 1 a tiny "
+        "Qwen2 trained by LLaMA-Factory and served by vLLM acts alone (no scripted policy)",
+    ]
+    untrained = (summary.get("untrained") or {}).get("eval")
+    if untrained:
+        lines.append(f"untrained model: held-out {untrained['mean']:.0%}")
+    for row in summary["iterations"]:
+        acting = (
+            "experts (demonstrations)"
+            if row["policy"] == "demonstrations"
+            else f"model {row['checkpoint']}"
+        )
+        held = row.get("eval")
+        seconds = sum(float(v) for v in row["seconds"].values())
+        line = f"iteration {row['iteration']}: {acting}: "
+        if held:
+            per_task = ", ".join(f"{n} {r:.0%}" for n, r in held["tasks"].items())
+            line += f"held-out {held['mean']:.0%} ({per_task}); "
+        line += f"training seeds {row['successful']}/{row['num_tasks']}; {seconds:.0f} s"
+        lines.append(line)
+    curve = out / "learning_curve.png"
+    lines.append(
+        f"held-out curve: {curve} (measured; {out / 'summary.json'})"
+        if curve.exists()
+        else f"measured: {out / 'summary.json'}"
+    )
+    return lines
+
+
+def run(out: Path, quick: bool) -> list[str]:
+    """Run the MiniWoB++ loop under ``out`` (replacing a previous demo run there).
+
+    Raises:
+        LoopStageError: a stage failed (the message names it and its log).
+    """
+    from replaystore.loop import LoopConfig, ToolsMissingError, default_tools_dir, find_tools
+    from replaystore.loop.runner import LoopRunner
+    from replaystore.loop.tools import INSTALL_COMMAND
+    from replaystore.rollouts.browser import BrowserUnavailableError
+
+    try:
+        from replaystore.rollouts.miniwob import html_root
+
+        html_root()
+    except ImportError as exc:
+        return [f"SKIPPED ({exc})"]
+    try:
+        find_tools(default_tools_dir())
+    except ToolsMissingError as exc:
+        logger.warning("miniwob demo skipped: %s", exc)
+        return [
+            f"SKIPPED (no tool environments in {default_tools_dir()}): set them up with "
+            f"`{INSTALL_COMMAND}` from a clone of the repository, then run "
+            "`replaystore demo --part miniwob`"
+        ]
+    out = Path(out).absolute()
+    if (out / "journal.json").exists():
+        shutil.rmtree(out)  # a previous demo run: the demo starts afresh
+    settings = quick_config() if quick else full_config()
+    settings["out"] = str(out)
+    config = LoopConfig.from_mapping(settings, base_dir=out)
+    try:
+        summary = LoopRunner(config, report=_log, progress=False).run()
+    except BrowserUnavailableError as exc:
+        return [f"SKIPPED (no browser): {exc}"]
+    return summary_lines(summary, out)
+
+
+def _log(line: str) -> None:
+    logger.info("%s", line)
