@@ -62,7 +62,7 @@ def test_bad_miniwob_settings_are_named(given: dict, words: str) -> None:
 
 
 def test_held_out_tasks_need_miniwob_training_tasks() -> None:
-    with pytest.raises(ConfigError, match="evaluation.tasks is for MiniWoB"):
+    with pytest.raises(ConfigError, match=r"evaluation\.tasks is for MiniWoB"):
         LoopConfig.from_mapping({"evaluation": {"tasks": "miniwob:click-test"}})
 
 

@@ -265,3 +265,58 @@ def test_judge_needs_a_client_or_a_server():
         OpenAIJudge()
     with pytest.raises(ConfigError, match="max_images"):
         OpenAIJudge(base_url="http://127.0.0.1:1/v1", model="j", max_images=-1)
+
+
+def test_one_answer_listing_every_reference_scores_none_of_the_suite() -> None:
+    """A guess at several answers is not an answer: the string that lists every reference
+    answer of the bundled suite used to score 16 of 16 by containment."""
+    import asyncio
+
+    from replaystore.pipeline.task_sampler import load_tasks
+    from replaystore.rollouts.sites.server import TASKS_FILE
+
+    tasks = load_tasks(TASKS_FILE)
+    assert len(tasks) == 16
+    everything = ", ".join(str(t.reference_answer) for t in tasks)
+    evaluator = Evaluator()
+
+    async def score(answer: str) -> list[float]:
+        return [float((await evaluator.evaluate(t, answer, [])).reward) for t in tasks]
+
+    assert sum(asyncio.run(score(everything))) == 0
+    assert sum(asyncio.run(score(everything.replace(", ", " or ")))) == 0
+    assert sum(asyncio.run(score(everything.replace(", ", "\n")))) == 0
+    # Each task's own reference still scores, alone or in a sentence.
+    own = [asyncio.run(evaluator.evaluate(t, f"It is {t.reference_answer}.", [])) for t in tasks]
+    assert all(r.reward == 1.0 for r in own)
+
+
+@pytest.mark.parametrize(
+    ("answer", "matched"),
+    [
+        ("$39.99", True),
+        ("The kettle costs $39.99", True),
+        ("$39.99 or $24", False),
+        ("24, 39.99", False),
+        ("$1,299.00", False),  # one number, not the reference's
+        ("$39.99; $39.99", True),  # the same answer twice is still one answer
+    ],
+)
+def test_numeric_answers_must_not_hedge(answer: str, matched: bool) -> None:
+    assert (match_reference(answer, ["$39.99"]) is not None) is matched
+
+
+@pytest.mark.parametrize(
+    ("answer", "matched"),
+    [
+        ("Desk Lamp or Floor Lamp", False),
+        ("Desk Lamp / Floor Lamp", False),
+        ("Floor Lamp, Desk Lamp, Wall Lamp", False),
+        ("the Desk Lamp, under $30", True),
+        ("Desk Lamp or desk lamp", True),
+    ],
+)
+def test_text_answers_that_hedge_between_candidates_do_not_match(
+    answer: str, matched: bool
+) -> None:
+    assert (match_reference(answer, ["Desk Lamp"]) is not None) is matched

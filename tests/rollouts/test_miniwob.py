@@ -74,7 +74,7 @@ def test_task_names_are_checked_against_the_package() -> None:
     assert miniwob.parse_task_names("miniwob:experts") == list(miniwob.EXPERT_TASKS)
     assert len(miniwob.EXPERT_TASKS) == 18
     assert set(miniwob.EXPERT_TASKS) <= set(miniwob.available_tasks())
-    with pytest.raises(ConfigError, match="unknown MiniWoB\\+\\+ task.*'click-buton'"):
+    with pytest.raises(ConfigError, match=r"unknown MiniWoB\+\+ task.*'click-buton'"):
         miniwob.parse_task_names("miniwob:click-buton")
     with pytest.raises(ConfigError, match="more than once"):
         miniwob.parse_task_names("miniwob:click-test,click-test")

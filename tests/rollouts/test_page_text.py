@@ -136,7 +136,10 @@ def test_element_actions_fill_select_click_and_press_by_id(browser: Any) -> None
         ('click("12")', {"key": "click", "element": "12"}),
         ("click('7')", {"key": "click", "element": "7"}),
         ('fill("3", "Jerald")', {"key": "fill", "element": "3", "text": "Jerald"}),
-        ('select_option("1", "Sudan")', {"key": "select_option", "element": "1", "option": "Sudan"}),
+        (
+            'select_option("1", "Sudan")',
+            {"key": "select_option", "element": "1", "option": "Sudan"},
+        ),
         ('press("2", "Enter")', {"key": "press", "element": "2", "name": "Enter"}),
         ('focus("4")', {"key": "focus", "element": "4"}),
         ('clear("4")', {"key": "clear", "element": "4"}),

@@ -31,7 +31,8 @@ _COMMON: dict[str, Any] = {
     "observation": "text",
     "bootstrap": {"source": "scripted"},
     "prompt": {"history_window": 2},
-    "rollout": {"workers": 4, "viewport": [400, 300]},
+    # MiniWoB++ episodes are all "easy": the 18 tasks need at most 7 steps.
+    "rollout": {"workers": 4, "viewport": [400, 300], "max_steps": {"easy": 8}},
     "buffer": {"filter_same_screenshot": False},
     "policy": {"max_tokens": 64},
     "train_seeds": "0-99999",
@@ -45,6 +46,8 @@ def quick_config() -> dict[str, Any]:
         "tasks": "miniwob:quick",
         "iterations": 2,
         "seeds_per_iteration": 5,
+        # The four quick tasks take one or two steps: a lost model stops after four.
+        "rollout": {**_COMMON["rollout"], "max_steps": {"easy": 4}},
         "bootstrap": {**_COMMON["bootstrap"], "repeats": 12},
         "evaluation": {"seeds": "100000-100009"},
         "model": {

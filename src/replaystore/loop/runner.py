@@ -429,7 +429,9 @@ class LoopRunner:
         from replaystore.rollouts.miniwob import miniwob_tasks
 
         seeds = self.config.train_seeds(k)
-        tasks = miniwob_tasks(self.config["tasks"], seeds, self.miniwob_url)
+        tasks = miniwob_tasks(
+            self.config["tasks"], seeds, self.miniwob_url, max_steps=self._miniwob_steps
+        )
         if not self.journal.done(k, "sample"):
             lines = [json.dumps(t.to_dict(), ensure_ascii=False) for t in tasks]
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -445,7 +447,14 @@ class LoopRunner:
         from replaystore.rollouts.miniwob import miniwob_tasks
 
         seeds = self.config["evaluation"]["seeds"]
-        return miniwob_tasks(self.config.evaluation_tasks(), seeds, self.miniwob_url)
+        return miniwob_tasks(
+            self.config.evaluation_tasks(), seeds, self.miniwob_url, max_steps=self._miniwob_steps
+        )
+
+    @property
+    def _miniwob_steps(self) -> int:
+        """A MiniWoB++ episode's step budget: ``rollout.max_steps.easy`` (every task is easy)."""
+        return int(self.config["rollout"]["max_steps"]["easy"])
 
     def _stop_server(self) -> None:
         if self.server is not None:

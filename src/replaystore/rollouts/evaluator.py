@@ -20,6 +20,13 @@
      (``"red kettle"`` in ``"it is the red kettle"``; ``"12"`` not in ``"120"``).
      Turn off with ``allow_contains=False`` when answers must be exact.
 
+   An answer that lists candidates (three or more parts separated by ``", "``,
+   ``;``, ``/``, ``|`` or line breaks, or two joined by ``" or "`` or ``/``) matches
+   only when every part matches the same reference, and a numeric match needs every
+   number of the answer to be the reference's: ``"$39.99, Lisbon, 4"``,
+   ``"Desk Lamp or Floor Lamp"`` and ``"24 or 39.99"`` are guesses at several answers,
+   not an answer: no match. (``"the Red Kettle, in stock"`` is one answer.)
+
    A match gives reward 1.
 4. No match (or no reference) and a judge is configured: the judge
    (:class:`OpenAIJudge`) asks an OpenAI-protocol model with the task's
@@ -67,6 +74,9 @@ logger = logging.getLogger("replaystore.rollouts.evaluator")
 _PUNCT_EDGES = " \t\n\"'`“”‘’.,;:!?()[]{}<>"
 _UNIT = re.compile(r"[^\w\s]{1,3}|[a-z]{1,3}|[^\w\s]{1,3}\s?[a-z]{1,3}")
 _NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
+#: What separates the candidates of an answer that lists several.
+_CANDIDATES = re.compile(r",\s+|;|/|\||\n|\s+or\s+", re.IGNORECASE)
+_OR = re.compile(r"\s+or\s+|/", re.IGNORECASE)
 
 
 def normalize_answer(text: Any) -> str:
@@ -129,8 +139,23 @@ def match_reference(
     """``(method, reference)`` for the first reference ``answer`` matches, else ``None``.
 
     Methods are tried per reference in the order exact, numeric, contains (see the
-    module docstring). Cost: O(len(answer) * len(references)).
+    module docstring). An answer listing several candidates matches only when each of
+    them matches the same reference. Cost: O(len(answer) * len(references)).
     """
+    parts = [p for p in (normalize_answer(x) for x in _CANDIDATES.split(str(answer))) if p]
+    hedged = _OR.search(str(answer)) is not None
+    if len(parts) > 2 or (len(parts) == 2 and hedged):
+        matches = [_match_one(p, references, numeric_tolerance, allow_contains) for p in parts]
+        first = matches[0]
+        if first is not None and all(m is not None and m[1] == first[1] for m in matches):
+            return first
+        return None
+    return _match_one(answer, references, numeric_tolerance, allow_contains)
+
+
+def _match_one(
+    answer: str, references: Sequence[Any], numeric_tolerance: float, allow_contains: bool
+) -> tuple[str, Any] | None:
     norm = normalize_answer(answer)
     answer_numbers: list[float] | None = None
     for reference in references:
@@ -142,7 +167,7 @@ def match_reference(
             if answer_numbers is None:
                 answer_numbers = _numbers(norm)
             limit = numeric_tolerance * max(1.0, abs(value))
-            if any(abs(a - value) <= limit for a in answer_numbers):
+            if answer_numbers and all(abs(a - value) <= limit for a in answer_numbers):
                 return "numeric", reference
             continue  # a number must match as a number: "12" is not in "12.5"
         if allow_contains and ref and re.search(rf"(?<!\w){re.escape(ref)}(?!\w)", norm):

@@ -6,8 +6,10 @@ grammar of :mod:`replaystore.rollouts.actions`), so everything downstream (the
 response decomposer, the collector, the buffer, the export) is exercised as with
 a real model. For each suite task it has a plan (``sites/plans.json``): steps
 such as "type 'kettle' into the textbox named 'Search products'". At each step
-it finds the plan's next element in the observation's accessibility tree and
-acts at that element's centre; when the element is not visible it scrolls.
+it finds the plan's next element in the observation's tree and acts on it: by its
+id in text mode (``click("12")``, ``fill("12", "kettle")``, the page text of
+:mod:`~replaystore.rollouts.page_text`), at its centre in screenshot mode; when the
+element is not visible it scrolls.
 
 Its mistakes, drawn from a generator seeded by (seed, task, iteration, step):
 
@@ -43,23 +45,32 @@ _TEXT_ROLES = {"textbox", "searchbox", "combobox"}
 
 @dataclass(frozen=True, slots=True)
 class Element:
-    """One line of the accessibility tree."""
+    """One line of the accessibility tree (screenshot mode: ``[i] role 'name' @(x,y)``)
+    or of the page text (text mode: ``role 'name' id=N``; ``element_id`` set, no
+    coordinates: ``x`` and ``y`` are -1)."""
 
     index: int
     role: str
     name: str
     x: int
     y: int
+    element_id: str | None = None
 
 
 def parse_ac_tree(ac_tree: str | None) -> list[Element]:
-    """The elements of an accessibility tree in the collector's format (bad lines skipped)."""
+    """The elements of an observation's tree in either of the collector's formats (the
+    screenshot mode's accessibility tree, the text mode's page text; bad lines skipped)."""
+    from .page_text import parse_page_text
+
     out = []
     for line in (ac_tree or "").splitlines():
         match = _LINE.match(line.strip())
         if match:
             index, role, name, x, y = match.groups()
             out.append(Element(int(index), role, name, int(x), int(y)))
+            continue
+        for item in parse_page_text(line):
+            out.append(Element(int(item.element_id), item.role, item.name, -1, -1, item.element_id))
     return out
 
 
@@ -182,8 +193,10 @@ class ScriptedPolicy:
         if goal[0] not in ("answer", "key") and rng.random() < p_mistake:
             dead = find_element(elements, "button", "Subscribe")
             if dead is not None:
-                action = {"key": "click", "x": dead.x, "y": dead.y}
+                action = _at(dead, {"key": "click"})
                 return _say("Maybe subscribing helps; let me click Subscribe.", action)
+            if any(e.element_id is not None for e in elements):
+                return _say("Let me wait and see what happens.", {"key": "noop"})
             width, height = _png_size(_field(observation, "image_path"))
             action = {"key": "click", "x": width - 6, "y": height - 6}
             return _say("Let me click here and see what happens.", action)
@@ -211,15 +224,25 @@ class ScriptedPolicy:
                 f"The {role} '{name}' is not on this page.", {"key": "answer", "text": "not found"}
             )
         if goal[0] == "type":
-            action = {"key": "type", "x": element.x, "y": element.y, "text": goal[3]}
+            if element.element_id is not None:
+                action = {"key": "fill", "element": element.element_id, "text": goal[3]}
+            else:
+                action = {"key": "type", "x": element.x, "y": element.y, "text": goal[3]}
             return _say(
                 f"Type '{goal[3]}' into the {role} '{name}' [{element.index}]. {mark}", action
             )
-        action = {"key": "click", "x": element.x, "y": element.y}
+        action = _at(element, {"key": "click"})
         return _say(f"Click the {role} '{name}' [{element.index}]. {mark}", action)
 
     async def aclose(self) -> None:
         """Nothing to release (the protocol's close)."""
+
+
+def _at(element: Element, action: dict[str, Any]) -> dict[str, Any]:
+    """``action`` aimed at ``element``: by its id in text mode, at its centre otherwise."""
+    if element.element_id is not None:
+        return {**action, "element": element.element_id}
+    return {**action, "x": element.x, "y": element.y}
 
 
 def _raw(step: Any) -> str:
