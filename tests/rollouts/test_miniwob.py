@@ -222,3 +222,47 @@ def test_degenerate_policies_score_near_zero_on_held_out_seeds(
     prompt = json.loads(stored[0][0]["response"].raw_prompt)
     text = prompt[-1]["content"]
     assert "Task: " in text and " id=" in text and f":{server.port}" not in text
+
+
+# ------------------------------------------------------------------ the command line
+
+
+def test_rollout_command_plays_the_experts_on_miniwob_seeds(
+    chromium: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from replaystore.cli import main
+
+    out = tmp_path / "run"
+    argv = ["rollout", "--tasks", "miniwob:click-test,enter-text", "--seeds", "7-8"]
+    argv += ["--policy", "scripted", "--observation", "text", "--workers", "2", "--out", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "iteration 1 rank 0: 4 tasks (done 4), success 100%" in printed
+    stored = TrajectoryStorage(out / "storage").load_all()
+    ids = sorted(t[0]["observation"].task.task_id for t in stored)
+    assert ids == [f"miniwob:{n}:{s}" for n in ("click-test", "enter-text") for s in (7, 8)]
+    for trajectory in stored:
+        assert trajectory[-1]["reward"].reward == 1.0
+        assert trajectory[-1]["reward"].evaluation["source"] == "miniwob"
+        for step in trajectory:  # element-id actions, read from the page text
+            assert step["action"].action["key"] in ("click", "fill")
+            assert "element" in step["action"].action
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--tasks", "miniwob:click-test"], "needs --seeds"),
+        (["--seeds", "1-3"], "--seeds is for MiniWoB++ tasks"),
+        (["--tasks", "miniwob:nope", "--seeds", "1"], "unknown MiniWoB++ task(s) 'nope'"),
+    ],
+)
+def test_rollout_command_refuses_bad_miniwob_arguments_in_one_line(
+    argv: list[str], words: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from replaystore.cli import main
+
+    assert main(["rollout", *argv, "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+    assert not (tmp_path / "run" / "storage").exists()
