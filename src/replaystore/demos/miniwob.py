@@ -32,7 +32,7 @@ _COMMON: dict[str, Any] = {
     "bootstrap": {"source": "scripted"},
     "prompt": {"history_window": 2},
     # MiniWoB++ episodes are all "easy": the 18 tasks need at most 7 steps.
-    "rollout": {"workers": 4, "viewport": [400, 300], "max_steps": {"easy": 8}},
+    "rollout": {"workers": 4, "viewport": [400, 300], "max_steps": {"easy": 8}, "settle_s": 0.05},
     "buffer": {"filter_same_screenshot": False},
     "policy": {"max_tokens": 64},
     "train_seeds": "0-99999",

@@ -67,6 +67,9 @@ DEFAULTS: dict[str, Any] = {
         "max_steps": {"easy": 8, "medium": 10, "hard": 12},
         "step_timeout_s": 60.0,
         "task_timeout_s": 600.0,
+        # How long after a click or key press a page load may still start (MiniWoB++
+        # pages never navigate: 0.05 s is enough there).
+        "settle_s": 0.25,
         # Remote browsers over CDP (empty: launch local headless Chromium).
         "cdp": [],
         # Port of the local website suite (0: a free port, then kept for the whole run,
@@ -171,6 +174,7 @@ RESUMABLE_KEYS = frozenset(
         "rollout.cdp",
         "rollout.step_timeout_s",
         "rollout.task_timeout_s",
+        "rollout.settle_s",
         "train.final",
         "train.command",
         "train.env",
@@ -358,6 +362,7 @@ class LoopConfig:
         _int(r, "workers", 1, "rollout.")
         _int(r, "suite_port", 0, "rollout.")
         _number(r, "step_timeout_s", "rollout.")
+        _number(r, "settle_s", "rollout.", strict=False)
         _number(r, "task_timeout_s", "rollout.")
         viewport = r["viewport"]
         if not (

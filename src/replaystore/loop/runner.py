@@ -697,6 +697,7 @@ class LoopRunner:
                         max_steps_by_difficulty=r["max_steps"],
                         step_timeout_s=r["step_timeout_s"],
                         task_timeout_s=r["task_timeout_s"],
+                        settle_s=r["settle_s"],
                         blocklist=Blocklist(self.out / "blocklist.jsonl"),
                         logger=self.experiment,
                         screenshot_root=screenshot_root,
