@@ -171,3 +171,25 @@ def test_bad_element_actions_are_invalid_with_the_reason(text: str, reason: str)
     action = parse_action(text)
     assert action.action["key"] == "invalid"
     assert reason in action.action["reason"]
+
+
+def test_textareas_and_tree_nodes_say_what_they_are(browser: Any) -> None:
+    async def body(page: Any) -> str:
+        await page.set_content(
+            "<textarea>hi</textarea><input type=text value=hi>"
+            "<ul><li><span style='cursor:pointer'>Open</span><ul><li>Leaf</li></ul></li>"
+            "<li><span style='cursor:pointer'>Shut</span><ul style='display:none'>"
+            "<li>Hidden</li></ul></li></ul>"
+        )
+        return await page_text(page)
+
+    text = _with_page(browser, body)
+    boxes = [line for line in text.splitlines() if line.startswith("textbox")]
+    assert boxes[0].endswith("value='hi' multiline") and "multiline" not in boxes[1]
+    assert _line(text, "StaticText", "Open").endswith("clickable expanded")
+    assert _line(text, "StaticText", "Shut").endswith("clickable collapsed")
+    assert "Hidden" not in text and "StaticText 'Leaf'" in text
+    parsed = parse_page_text(text)
+    assert "collapsed" in next(e.states for e in parsed if e.name == "Shut")
+    area = next(e for e in parsed if e.role == "textbox")
+    assert area.value == "hi" and "multiline" in area.states

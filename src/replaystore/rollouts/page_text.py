@@ -24,8 +24,10 @@ instances, ``button 'Lorem' id=34`` 48%.
   read, and a text the page listens to (a tree node, a tab, a span with a click
   handler) can be clicked by its id, which is its element's.
 * **State**: ``value='...'`` of a filled textbox or a select (a password's as
-  ``*``), ``checked``, ``selected``, ``focused``, ``disabled``; ``clickable`` on static
-  text whose element shows the pointer cursor (a link drawn as a span).
+  ``*``), ``multiline`` (a textarea), ``checked``, ``selected``, ``focused``,
+  ``disabled``; ``clickable`` on static text whose element shows the pointer cursor (a
+  link drawn as a span), ``collapsed``/``expanded`` on a tree node (its
+  ``aria-expanded``, else whether the list right after it is shown).
 * **Bounded**: at most ``max_lines`` lines of at most 80-character names; a cut tree
   ends with ``... (N more lines)``.
 * **No coordinates, no URL, no port**: the text depends on the page's content only.
@@ -118,6 +120,15 @@ _PAGE_TEXT_JS = r"""
     const r = range.getBoundingClientRect();
     return r.width >= 1 && r.height >= 1;
   };
+  // A tree node: its aria-expanded, else whether the list right after it is shown.
+  const openness = (el) => {
+    const aria = el.getAttribute('aria-expanded');
+    if (aria === 'true') return ' expanded';
+    if (aria === 'false') return ' collapsed';
+    const list = el.nextElementSibling;
+    if (!list || !['UL', 'OL'].includes(list.tagName)) return '';
+    return getComputedStyle(list).display === 'none' ? ' collapsed' : ' expanded';
+  };
   const lines = [];
   let more = 0;
   const emit = (line) => { if (lines.length < maxLines) lines.push(line); else more++; };
@@ -139,6 +150,7 @@ _PAGE_TEXT_JS = r"""
         const shownValue = el.type === 'password' ? '*'.repeat(el.value.length) : el.value;
         line += ` value='${clean(shownValue)}'`;
       }
+      if (tag === 'textarea') line += ' multiline';
       if (el.disabled) line += ' disabled';
       if (el === focus) line += ' focused';
       emit(line);
@@ -158,7 +170,7 @@ _PAGE_TEXT_JS = r"""
         const label = el.closest('label');
         if (label && labelled.has(label)) continue;
         const pointer = getComputedStyle(el).cursor === 'pointer' ? ' clickable' : '';
-        emit(`StaticText '${text}' id=${idOf(el)}${pointer}`);
+        emit(`StaticText '${text}' id=${idOf(el)}${pointer}${openness(el)}`);
       } else if (child.nodeType === Node.ELEMENT_NODE) {
         walk(child);
       }
