@@ -250,7 +250,7 @@ def test_text_mode_default_system_prompt_mentions_no_screenshot_and_states_the_a
     assert system == DEFAULT_TEXT_SYSTEM_PROMPT
     assert "screenshot" not in system.lower() and "text of a web page" in system
     # It states the action grammar a text model answers in (element ids, BrowserGym's names).
-    for action in ('click("12")', 'fill("12", "text")', 'select_option(', 'answer("text")'):
+    for action in ('click("12")', 'fill("12", "text")', "select_option(", 'answer("text")'):
         assert action in system
     assert build(ConversationBuilder(observation="text", system_prompt="S"), steps, 1)[0] == {
         "role": "system",

@@ -34,7 +34,7 @@ def add_arguments(parser: Parser) -> None:
         help="run only this part (repeatable); default: all but the opt-in "
         "'distributed' (Ray: pip install \"replaystore[ray]\"), 'loop' (LLaMA-Factory "
         "and vLLM: bash .ci/install-loop-tools) and 'miniwob' (the loop on MiniWoB++ "
-        "tasks, measured on held-out seeds; also pip install \"replaystore[miniwob]\")",
+        'tasks, measured on held-out seeds; also pip install "replaystore[miniwob]")',
     )
 
 
