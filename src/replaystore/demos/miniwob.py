@@ -8,8 +8,8 @@ Every iteration's acting policy (the experts, then each checkpoint), and the unt
 model, play one fixed held-out set of seeds with greedy decoding, scored by the pages'
 own reward. Writes ``summary.json`` (``eval`` per iteration) and ``learning_curve.png``.
 
-The quick form (CI's learning test) runs four easy tasks; the full form the 18 tasks
-with an expert (``benchmarks/miniwob_loop.py`` runs it and records the table).
+The quick form runs four easy tasks; the full form the 18 tasks with an expert
+(``benchmarks/miniwob_loop.py`` runs either and records the table).
 
 Needs the tool environments (``bash .ci/install-loop-tools``), a Chromium and the
 ``miniwob`` extra; without them :func:`run` returns one ``SKIPPED`` line saying how to
@@ -40,7 +40,16 @@ _COMMON: dict[str, Any] = {
 
 
 def quick_config() -> dict[str, Any]:
-    """Four easy tasks, one trained iteration: CI's learning test (``.ci/run``)."""
+    """Four easy tasks, one trained iteration (``benchmarks/miniwob_loop.py --quick``).
+
+    Measured (2026-11-27, 2-core CPU, held-out seeds 100000-100009, untrained model 0%):
+    with these settings (60 training seeds of each task for the demonstrations, 8
+    epochs) the trained model reached 35% (focus-text-2 100%, click-link 30%,
+    click-button 10%, enter-text 0%); 200 seeds and 3 epochs gave 32%, 40 seeds and 4
+    epochs 20% in 8.7 min on 2 idle cores. The model learns the task whose answer is a
+    position (the n-th textbox), not yet to copy a name from the goal into its action
+    (docs/loop.md, "MiniWoB++").
+    """
     return {
         **_COMMON,
         "tasks": "miniwob:quick",

@@ -1,0 +1,97 @@
+"""The loop's held-out protocol on MiniWoB++, end to end with the fake tools (fast): the
+experts' demonstrations, a served model that always answers a string (a degenerate
+model), every policy played on one fixed held-out set, scored by the pages themselves.
+
+The real tools run the same loop in tests/demos/test_miniwob_demo.py (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from PIL import Image
+
+from replaystore.trajectories.storage import TrajectoryStorage
+
+from .fake_tools import make_fake_model, make_fake_tools
+
+pytest.importorskip("miniwob", reason="the miniwob extra brings the MiniWoB++ pages")
+
+
+def _pairs(root: Path) -> dict[int, set[tuple[str, int]]]:
+    storage = TrajectoryStorage(root)
+    out: dict[int, set[tuple[str, int]]] = {}
+    for file in storage.files():
+        for trajectory in storage.read_file(file):
+            reference = trajectory[0]["observation"].task.evaluator_reference
+            out.setdefault(file.iteration, set()).add((reference["miniwob"], reference["seed"]))
+    return out
+
+
+def test_every_policy_is_measured_on_one_held_out_set_it_never_trained_on(
+    tmp_path: Path, chromium: str | None
+) -> None:
+    config = {
+        "out": "run",
+        "iterations": 3,
+        "tasks": "miniwob:click-test,focus-text",
+        "train_seeds": "0-999",
+        "seeds_per_iteration": 2,
+        "evaluation": {"seeds": "5000-5002"},
+        "tools_dir": str(make_fake_tools(tmp_path)),
+        "bootstrap": {"source": "scripted", "repeats": 2},
+        "model": {"path": str(make_fake_model(tmp_path / "base")), "evaluate_untrained": True},
+        "rollout": {"workers": 2, "viewport": [400, 300], "max_steps": {"easy": 2}},
+        "serve": {"startup_timeout_s": 30.0},
+        "policy": {"max_retries": 0},
+        "train": {"final": False},
+    }
+    (tmp_path / "loop.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "replaystore.cli", "loop", "--config", "loop.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    rows = summary["iterations"]
+    assert [r["policy"] for r in rows] == ["demonstrations", "model", "model"]
+    # The experts solve the held-out set; the fake model answers a string, which the
+    # pages do not score (no string matching): 0 on every task.
+    assert rows[0]["eval"]["tasks"] == {"click-test": 1.0, "focus-text": 1.0}
+    assert rows[0]["eval"]["mean"] == 1.0 and rows[0]["eval"]["episodes"] == 6
+    for row in rows[1:]:
+        assert row["eval"]["mean"] == 0.0 and row["eval"]["seeds"] == "5000-5002"
+    assert summary["untrained"]["eval"]["mean"] == 0.0
+    assert summary["evaluation"] == {
+        "tasks": "miniwob:click-test,focus-text",
+        "seeds": "5000-5002",
+        "train_seeds": "0-999",
+        "scored_by": "the pages' own reward (WOB_RAW_REWARD_GLOBAL > 0), greedy decoding",
+    }
+    # Fresh training seeds every iteration (the demonstrations: repeats x 2 of them).
+    assert [r["train_seeds"] for r in rows] == [[0, 3], [4, 5], [6, 7]]
+    trained = _pairs(run / "storage")
+    held = _pairs(run / "heldout" / "storage")
+    baseline = _pairs(run / "baseline" / "storage")
+    train_seeds = {seed for pairs in trained.values() for _, seed in pairs}
+    assert train_seeds == set(range(8))
+    expected = {(t, s) for t in ("click-test", "focus-text") for s in (5000, 5001, 5002)}
+    assert set(held) == {1, 2, 3} and all(pairs == expected for pairs in held.values())
+    assert baseline == {1: expected}
+    # The curve beside the summary, and the journal's stage.
+    with Image.open(run / "learning_curve.png") as image:
+        assert image.format == "PNG"
+    journal = json.loads((run / "journal.json").read_text())
+    assert all(it["stages"]["heldout"]["done"] for it in journal["iterations"])
+    assert "held-out success 100%" in done.stdout + done.stderr
