@@ -135,22 +135,17 @@ def test_vllm_tokenizes_prompts_exactly_as_the_training_environment(
     assert checkpoint_weights(model)
     text = "Task: 38043 @(151,189)\nURL: http://shop.localhost:41234/\nAction: click(72, 27)"
     encode = (
-        "import json, sys; from {module} import {loader}; "
-        "t = {loader}(sys.argv[1]); "
+        "import json, sys; from {module} import {name}; t = {loader}(sys.argv[1]); "
         "print(json.dumps(t.encode(sys.argv[2], add_special_tokens=False)))"
     )
-    served = _run_in(
-        real_tools.vllm_python,
-        encode.format(module="vllm.tokenizers", loader="get_tokenizer"),
-        str(model),
-        text,
+    vllm_side = encode.format(
+        module="vllm.tokenizers", name="get_tokenizer", loader="get_tokenizer"
     )
-    trained = _run_in(
-        real_tools.train_python,
-        encode.format(module="transformers", loader="AutoTokenizer.from_pretrained"),
-        str(model),
-        text,
+    trainer_side = encode.format(
+        module="transformers", name="AutoTokenizer", loader="AutoTokenizer.from_pretrained"
     )
+    served = _run_in(real_tools.vllm_python, vllm_side, str(model), text)
+    trained = _run_in(real_tools.train_python, trainer_side, str(model), text)
     assert json.loads(served) == json.loads(trained)
     assert len(json.loads(served)) > 10
 
