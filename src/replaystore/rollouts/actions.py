@@ -163,6 +163,7 @@ def parse_action(text: str) -> Action:
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return _invalid(text, f"cannot read the arguments of {name}(): {inner[:80]!r}")
     args: tuple[Any, ...] = tuple(value)
+    action: dict[str, Any]
     try:
         if name == "click" and len(args) == 1 and isinstance(args[0], str):
             action = {"key": "click", "element": _element(args[0])}
