@@ -38,7 +38,7 @@ def test_every_policy_is_measured_on_one_held_out_set_it_never_trained_on(
 ) -> None:
     config = {
         "out": "run",
-        "iterations": 3,
+        "iterations": 2,
         "tasks": "miniwob:click-test,focus-text",
         "train_seeds": "0-999",
         "seeds_per_iteration": 2,
@@ -65,7 +65,7 @@ def test_every_policy_is_measured_on_one_held_out_set_it_never_trained_on(
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())
     rows = summary["iterations"]
-    assert [r["policy"] for r in rows] == ["demonstrations", "model", "model"]
+    assert [r["policy"] for r in rows] == ["demonstrations", "model"]
     # The experts solve the held-out set; the fake model answers a string, which the
     # pages do not score (no string matching): 0 on every task.
     assert rows[0]["eval"]["tasks"] == {"click-test": 1.0, "focus-text": 1.0}
@@ -80,14 +80,14 @@ def test_every_policy_is_measured_on_one_held_out_set_it_never_trained_on(
         "scored_by": "the pages' own reward (WOB_RAW_REWARD_GLOBAL > 0), greedy decoding",
     }
     # Fresh training seeds every iteration (the demonstrations: repeats x 2 of them).
-    assert [r["train_seeds"] for r in rows] == [[0, 3], [4, 5], [6, 7]]
+    assert [r["train_seeds"] for r in rows] == [[0, 3], [4, 5]]
     trained = _pairs(run / "storage")
     held = _pairs(run / "heldout" / "storage")
     baseline = _pairs(run / "baseline" / "storage")
     train_seeds = {seed for pairs in trained.values() for _, seed in pairs}
-    assert train_seeds == set(range(8))
+    assert train_seeds == set(range(6))
     expected = {(t, s) for t in ("click-test", "focus-text") for s in (5000, 5001, 5002)}
-    assert set(held) == {1, 2, 3} and all(pairs == expected for pairs in held.values())
+    assert set(held) == {1, 2} and all(pairs == expected for pairs in held.values())
     assert baseline == {1: expected}
     # The curve beside the summary, and the journal's stage.
     with Image.open(run / "learning_curve.png") as image:

@@ -25,7 +25,7 @@ from .conftest import pool, reply, run
 pytest.importorskip("miniwob", reason="the miniwob extra brings the MiniWoB++ pages")
 
 #: Held-out seeds of these tests (no test trains on anything).
-HELD_OUT = "90000-90005"
+HELD_OUT = "90000-90003"
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +210,7 @@ def test_degenerate_policies_score_near_zero_on_held_out_seeds(
 ) -> None:
     first = _play(browser, server, _FirstElement(), tmp_path / "first")
     same = _play(browser, server, _SameAnswer(), tmp_path / "same")
-    assert len(first.outcomes) == len(same.outcomes) == 4 * 6
+    assert len(first.outcomes) == len(same.outcomes) == 4 * 4
     assert same.success_rate == 0.0  # no string is matched: the pages score
     # Clicking the first element is right only when the seed put the target first.
     assert first.success_rate <= 0.3, first.success_rate

@@ -1,6 +1,7 @@
 """The scripted MiniWoB++ experts on seeds nothing was tuned on, scored by the pages' own
-reward (slow): every task at >= 95% (at most 1 failure in 20); and what the expert says
-to a task or goal it does not know."""
+reward (slow): every task at >= 95% of 12 held-out seeds (the experts score 100% on 200
+other seeds, benchmarks/RESULTS.md); and what the expert says to a task or goal it does
+not know."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from replaystore.rollouts.miniwob_experts import MiniWoBExpert, play, success_ra
 from .conftest import run
 
 #: Held-out seeds (the experts were written and measured on others).
-SEEDS = list(range(50000, 50020))
+SEEDS = list(range(50000, 50012))
 BAR = 0.95
 
 
@@ -31,7 +32,7 @@ def _table(rates: dict[str, float]) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # 360 episodes: 100-220 s on 2 busy cores
+@pytest.mark.timeout(600)  # 216 episodes: about 70 s beside the other slow tests
 def test_each_expert_solves_95_percent_of_held_out_seeds(rates: dict[str, float]) -> None:
     assert sorted(rates) == sorted(EXPERT_TASKS)
     low = {name: rate for name, rate in rates.items() if rate < BAR}
