@@ -374,12 +374,7 @@ def page_reward(task: Task, state: EpisodeState | None, status: str) -> Reward:
     done = state is not None and state.done
     raw = state.raw_reward if state is not None else 0.0
     success = done and raw > 0
-    if success:
-        reason = "the page's reward"
-    elif not done:
-        reason = f"the episode did not end ({status})"
-    else:
-        reason = "the page's reward"
+    reason = f"the page's reward ({raw:g})" if done else f"the episode did not end ({status})"
     evaluation = {
         "source": DOMAIN,
         "task": reference.get("miniwob"),
