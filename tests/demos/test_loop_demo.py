@@ -1,7 +1,8 @@
 """The ``loop`` demo part: demonstrations, LLaMA-Factory training, vLLM serving, the model acts.
 
 The quick run (module fixture, marked slow) is a smoke run of every stage with the real
-tools (CI's learning test is the MiniWoB++ loop, measured on held-out seeds); the skip
+tools (learning is measured on MiniWoB++ held-out seeds: benchmarks/miniwob_loop.py;
+CI tests that protocol with stand-in tools in tests/loop/test_miniwob_loop.py); the skip
 line without tool environments is a fast test. Its
 iteration 1 is the real text-observation rollout against vLLM (the trained model acts,
 its prompts are plain text). The checks on the served side run in the vLLM
@@ -66,7 +67,7 @@ def test_quick_loop_trains_serves_and_lets_the_model_act_on_the_suite(
     loop_demo: tuple[Path, str],
 ) -> None:
     """A smoke run of every stage with the real tools. Learning is measured on MiniWoB++
-    held-out seeds (tests/demos/test_miniwob_demo.py): on the suite training and
+    held-out seeds (benchmarks/miniwob_loop.py): on the suite training and
     evaluation share their 16 instances, so its success rate would be memorisation."""
     out, stdout = loop_demo
     summary = json.loads((out / "summary.json").read_text())

@@ -68,10 +68,10 @@ def quick_config() -> dict[str, Any]:
     """Two iterations: demonstrations and training, then the trained model acts: a smoke
     run of the loop's stages with the real tools on the bundled suite (CI).
 
-    CI's learning test is the MiniWoB++ loop (``--part miniwob``), measured on held-out
-    seeds; on the suite, where training and evaluation share the same 16 instances, a
-    success rate would be memorisation, so this run is kept short: one demonstration
-    repeat, a 2-layer model, four epochs.
+    Learning is measured on MiniWoB++ held-out seeds (``--part miniwob``,
+    ``benchmarks/miniwob_loop.py``); on the suite, where training and evaluation share the
+    same 16 instances, a success rate would be memorisation, so this run is kept short:
+    one demonstration repeat, a 2-layer model, four epochs.
     """
     return {
         **_COMMON,

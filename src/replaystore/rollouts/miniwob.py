@@ -84,7 +84,7 @@ EXPERT_TASKS: tuple[str, ...] = (
     "choose-list",
     "navigate-tree",
 )
-#: Four easy tasks: the quick loop's (CI's learning test).
+#: Four easy tasks: the quick MiniWoB++ loop's (``replaystore demo --quick --part miniwob``).
 QUICK_TASKS: tuple[str, ...] = ("click-button", "click-link", "enter-text", "focus-text-2")
 #: What the page text leaves out: the goal line (the prompt's ``Task:`` says it) and
 #: the human display.
