@@ -870,7 +870,9 @@ class LoopRunner:
         )
 
     def _stage_baseline(self, tasks: list[Any]) -> None:
-        """Roll out the untrained model on iteration 0's tasks (stored apart, never trained on)."""
+        """Roll out the untrained model (stored apart, never trained on): on the held-out
+        set for MiniWoB++ tasks, else on iteration 0's tasks not on the blocklist (the
+        tasks the model's iterations are measured on)."""
         assert self.journal is not None
         if self.journal.data.get("baseline"):
             return
@@ -881,6 +883,13 @@ class LoopRunner:
         storage = TrajectoryStorage(root / "storage")
         if self.config.on_miniwob:
             tasks = self.heldout_tasks()  # measured where every checkpoint is measured
+        else:
+            # The tasks the model's iterations draw from: iteration 0's, less the sites
+            # its rollout put on the blocklist, so that the rates are over the same tasks.
+            from replaystore.pipeline.blocklist import Blocklist
+
+            blocklist = Blocklist(self.out / "blocklist.jsonl")
+            tasks = [t for t in tasks if not blocklist.is_website_blocked(t.website)]
         if 1 not in storage.iterations():
             shutil.rmtree(storage.root / "screenshots", ignore_errors=True)
             base_url = self._serve(0, model, stage="baseline (untrained model)")
@@ -918,7 +927,7 @@ class LoopRunner:
             **facts,
         }
         self.journal.finish(0, "baseline", seconds=seconds, **facts)
-        where = "the held-out set" if self.config.on_miniwob else "iteration 0's tasks"
+        where = "the held-out set" if self.config.on_miniwob else "the tasks not blocklisted"
         self.report(
             f"untrained model: success {facts['successful']}/{facts['num_tasks']} = "
             f"{facts['success_rate']:.0%} on {where} (baseline/, not trained on)"
