@@ -726,6 +726,46 @@ class LoopRunner:
             f"{facts['success_rate']:.0%} ({self.journal.iteration(k)['policy']})"
         )
 
+    def _greedy_rollout(
+        self,
+        storage: Any,
+        number: int,
+        tasks: list[Any],
+        acting: Path | None,
+        *,
+        stage: str,
+        k: int,
+        metadata: dict[str, Any],
+    ) -> list[Any]:
+        """``acting`` (None: the experts) rolled out greedily on ``tasks`` into iteration
+        ``number`` of ``storage``, a measurement kept apart from training; its trajectories.
+
+        An iteration already stored (the loop was killed after writing it) is read back,
+        not rolled out again. The server stays up for the stage that follows.
+        """
+        if number not in storage.iterations():
+            folder = storage.root / "screenshots" / f"iteration_{number:06d}"
+            shutil.rmtree(folder, ignore_errors=True)  # an interrupted try's leftovers
+            base_url = None if acting is None else self._serve(k, acting, stage=stage)
+            result = self._roll_out(
+                tasks,
+                storage,
+                number,
+                base_url=base_url,
+                screenshot_root=storage.root / "screenshots",
+                metadata={
+                    "policy": "demonstrations" if acting is None else "model",
+                    "checkpoint": self.rel(acting),
+                    **metadata,
+                },
+                greedy=True,
+            )
+            error = getattr(result, "model_server_error", None)
+            if error:
+                raise LoopStageError(f"{stage}: the model server failed: {error}")
+        file = next(f for f in storage.files() if f.iteration == number)
+        return storage.read_file(file)
+
     def _stage_heldout(self, k: int, acting: Path | None) -> None:
         """Iteration ``k``'s acting policy on the held-out MiniWoB++ set, greedy; stored in
         ``heldout/storage`` (never trained on), success per task in the journal."""
@@ -735,34 +775,17 @@ class LoopRunner:
         from replaystore.trajectories.storage import TrajectoryStorage
 
         storage = TrajectoryStorage(self.out / "heldout" / "storage")
-        number = k + 1
         started = _now()
-        if number not in storage.iterations():
-            folder = storage.root / "screenshots" / f"iteration_{number:06d}"
-            shutil.rmtree(folder, ignore_errors=True)  # an interrupted try's leftovers
-            base_url = None
-            if acting is not None:
-                base_url = self._serve(k, acting, stage=f"held-out evaluation (iteration {k})")
-            who = "demonstrations" if acting is None else "model"
-            result = self._roll_out(
-                self.heldout_tasks(),
-                storage,
-                number,
-                base_url=base_url,
-                screenshot_root=storage.root / "screenshots",
-                metadata={
-                    "policy": who,
-                    "checkpoint": self.rel(acting),
-                    "loop_iteration": k,
-                    "heldout": True,
-                },
-                greedy=True,
-            )
-            error = getattr(result, "model_server_error", None)
-            if error:
-                raise LoopStageError(f"held-out evaluation (iteration {k}): {error}")
-        file = next(f for f in storage.files() if f.iteration == number)
-        facts = _per_task(storage.read_file(file))
+        trajectories = self._greedy_rollout(
+            storage,
+            k + 1,
+            self.heldout_tasks(),
+            acting,
+            stage=f"held-out evaluation (iteration {k})",
+            k=k,
+            metadata={"loop_iteration": k, "heldout": True},
+        )
+        facts = _per_task(trajectories)
         facts["seeds"] = str(self.config["evaluation"]["seeds"])
         self.journal.finish(k, "heldout", seconds=_now() - started, **facts)
         self.report(
@@ -890,30 +913,20 @@ class LoopRunner:
 
             blocklist = Blocklist(self.out / "blocklist.jsonl")
             tasks = [t for t in tasks if not blocklist.is_website_blocked(t.website)]
-        if 1 not in storage.iterations():
-            shutil.rmtree(storage.root / "screenshots", ignore_errors=True)
-            base_url = self._serve(0, model, stage="baseline (untrained model)")
-            started = _now()
-            try:
-                result = self._roll_out(
-                    tasks,
-                    storage,
-                    1,
-                    base_url=base_url,
-                    screenshot_root=storage.root / "screenshots",
-                    metadata={"policy": "model", "checkpoint": self.rel(model), "baseline": True},
-                    greedy=True,
-                )
-            finally:
-                self._stop_server()
-            error = getattr(result, "model_server_error", None)
-            if error:
-                raise LoopStageError(f"baseline: the model server failed: {error}")
-            seconds = _now() - started
-        else:
-            seconds = 0.0
-        file = next(f for f in storage.files() if f.iteration == 1)
-        trajectories = storage.read_file(file)
+        started = _now()
+        try:
+            trajectories = self._greedy_rollout(
+                storage,
+                1,
+                tasks,
+                model,
+                stage="baseline (untrained model)",
+                k=0,
+                metadata={"baseline": True},
+            )
+        finally:
+            self._stop_server()
+        seconds = _now() - started
         facts = _success(trajectories)
         if self.config.on_miniwob:
             facts["eval"] = {

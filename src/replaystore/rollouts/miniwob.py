@@ -27,13 +27,13 @@ from __future__ import annotations
 import functools
 import logging
 import re
-import threading
 from dataclasses import dataclass, replace
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from replaystore.errors import ConfigError
+from replaystore.rollouts.http_server import BackgroundHTTPServer
 from replaystore.trajectories.components import Reward, Task
 
 __all__ = [
@@ -250,7 +250,7 @@ class _QuietHandler(SimpleHTTPRequestHandler):
         logger.debug("miniwob server: " + format, *args)
 
 
-class MiniWoBServer:
+class MiniWoBServer(BackgroundHTTPServer):
     """The ``miniwob`` package's pages on a background HTTP server (a context manager).
 
     The pages load ``../core/*.js`` and ``../common/*``, so the whole ``html`` folder
@@ -260,17 +260,21 @@ class MiniWoBServer:
         url: ``http://127.0.0.1:PORT`` once started.
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.host = host
-        self.port = int(port)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+    name = "MiniWoB++ pages"
 
     @property
     def url(self) -> str:
-        if self._server is None:
+        if not self.started:
             raise ValueError("the MiniWoB++ server is not started: use `with MiniWoBServer():`")
         return f"http://{self.host}:{self.port}"
+
+    def handler(self) -> Any:
+        """Files under the package's ``html`` folder.
+
+        Raises:
+            ImportError: the ``miniwob`` package is missing.
+        """
+        return functools.partial(_QuietHandler, directory=str(html_root()))
 
     def start(self) -> MiniWoBServer:
         """Bind and serve in a daemon thread (idempotent).
@@ -278,37 +282,11 @@ class MiniWoBServer:
         Raises:
             ImportError: the ``miniwob`` package is missing.
         """
-        if self._server is None:
-            handler = functools.partial(_QuietHandler, directory=str(html_root()))
-            server = ThreadingHTTPServer((self.host, self.port), handler)
-            server.daemon_threads = True
-            self._server = server
-            self.port = int(server.server_address[1])
-            self._thread = threading.Thread(
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name="replaystore-miniwob",
-                daemon=True,
-            )
-            self._thread.start()
-            logger.info("MiniWoB++ pages on %s", self.url)
+        super().start()
         return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket (idempotent)."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            if self._thread is not None:
-                self._thread.join(timeout=5)
-            self._server = None
-            self._thread = None
 
     def __enter__(self) -> MiniWoBServer:
         return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 _START_JS = """

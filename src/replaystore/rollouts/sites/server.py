@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from replaystore.atomic import atomic_write_text
+from replaystore.rollouts.http_server import BackgroundHTTPServer
 from replaystore.trajectories.components import Task
 
 from .pages import SITES, render
@@ -100,7 +100,7 @@ def load_plans(path: str | Path = PLANS_FILE) -> dict[str, list[list[str]]]:
     return plans
 
 
-class LocalSuite:
+class LocalSuite(BackgroundHTTPServer):
     """The local website suite on a background HTTP server (a context manager).
 
     Args:
@@ -111,45 +111,18 @@ class LocalSuite:
         port: the bound port (after ``__enter__``/:meth:`start`).
     """
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.host = host
-        self.port = int(port)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+    name = "website suite"
+
+    def handler(self) -> type[_Handler]:
+        return _Handler
 
     def start(self) -> LocalSuite:
         """Bind and serve in a daemon thread (idempotent)."""
-        if self._server is None:
-            server = ThreadingHTTPServer((self.host, self.port), _Handler)
-            server.daemon_threads = True
-            self._server = server
-            self.port = int(server.server_address[1])
-            self._thread = threading.Thread(
-                # A short poll interval: stop() returns in ~0.05 s instead of 0.5 s.
-                target=server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name="replaystore-suite",
-                daemon=True,
-            )
-            self._thread.start()
-            logger.info("local website suite on http://%s:%d (*.localhost)", self.host, self.port)
+        super().start()
         return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket (idempotent)."""
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            if self._thread is not None:
-                self._thread.join(timeout=5)
-            self._server = None
-            self._thread = None
 
     def __enter__(self) -> LocalSuite:
         return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def url(self, site: str, path: str = "/") -> str:
         """The URL of ``path`` on ``site`` (a name in :data:`~.pages.SITES`).
@@ -159,7 +132,7 @@ class LocalSuite:
         """
         if site not in SITES:
             raise ValueError(f"unknown suite site {site!r}; sites: {sorted(SITES)}")
-        if self._server is None:
+        if not self.started:
             raise ValueError("the suite is not started: use `with LocalSuite() as suite:`")
         return f"http://{site}.localhost:{self.port}{path}"
 
@@ -172,7 +145,7 @@ class LocalSuite:
             path: task file (default: the bundled ``tasks.jsonl``).
             sites: keep only tasks on these sites (names such as ``"shop"``).
         """
-        if self._server is None:
+        if not self.started:
             raise ValueError("the suite is not started: use `with LocalSuite() as suite:`")
         from replaystore.pipeline.task_sampler import load_tasks
 
