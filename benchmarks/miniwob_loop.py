@@ -69,7 +69,7 @@ def table(summary: dict[str, Any], reference: dict[str, dict[str, float | None]]
     header += list(COLUMNS)
     body = []
     for task in tasks:
-        line: list[object] = [task, _pct(untrained["tasks"].get(task, {}).get("success_rate"))]
+        line: list[object] = [task, _pct(untrained["tasks"].get(task))]
         line += [_pct(r["eval"]["tasks"].get(task)) for r in rows]
         line += [_pct(reference.get(task, {}).get(c)) for c in COLUMNS]
         body.append(line)

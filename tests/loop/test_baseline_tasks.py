@@ -26,7 +26,12 @@ def test_the_untrained_model_plays_the_tasks_left_after_the_blocklist(
         "tools_dir": str(make_fake_tools(tmp_path)),
         "bootstrap": {"source": "scripted"},
         "model": {"path": str(make_fake_model(tmp_path / "base")), "evaluate_untrained": True},
-        "rollout": {"workers": 4, "viewport": [640, 420]},
+        # Two steps are enough to meet the wall (its first page) and keep the test short.
+        "rollout": {
+            "workers": 4,
+            "viewport": [400, 300],
+            "max_steps": {"easy": 2, "medium": 2, "hard": 2},
+        },
         "serve": {"startup_timeout_s": 30.0},
         "policy": {"max_retries": 0},
         "train": {"final": True},

@@ -73,6 +73,8 @@ def test_every_policy_is_measured_on_one_held_out_set_it_never_trained_on(
     for row in rows[1:]:
         assert row["eval"]["mean"] == 0.0 and row["eval"]["seeds"] == "5000-5002"
     assert summary["untrained"]["eval"]["mean"] == 0.0
+    # The untrained model's figures have the iterations' shape (task -> rate).
+    assert summary["untrained"]["eval"]["tasks"] == {"click-test": 0.0, "focus-text": 0.0}
     assert summary["evaluation"] == {
         "tasks": "miniwob:click-test,focus-text",
         "seeds": "5000-5002",
@@ -95,3 +97,14 @@ def test_every_policy_is_measured_on_one_held_out_set_it_never_trained_on(
     journal = json.loads((run / "journal.json").read_text())
     assert all(it["stages"]["heldout"]["done"] for it in journal["iterations"])
     assert "held-out success 100%" in done.stdout + done.stderr
+    # The viewer on the run's storage draws the loop's held-out curve from its summary,
+    # iterations numbered as the loop numbers them, labelled by what acted.
+    pytest.importorskip("httpx")
+    from starlette.testclient import TestClient
+
+    from replaystore.view import build_app
+
+    html = TestClient(build_app("trajectory_storage", run / "storage")).get("/").text
+    loop = html[html.index('id="loop"') : html.index("</section>")]
+    assert "held-out success per iteration (seeds 5000-5002)" in loop
+    assert "0: demonstrations" in loop and "1: model checkpoints/000" in loop

@@ -187,3 +187,73 @@ def make_transitions(directory: Path) -> dict[str, Path]:
     buf.flush()
     buf.close()
     return {"memmap": memmap, "checkpoint": directory / "ckpt" / "buffer.metadata"}
+
+
+#: The tasks of :func:`make_loop_run` (MiniWoB++ pages on a loopback port, as the loop
+#: stores them: the port is in the website, the display leaves it out).
+LOOP_TASKS = ("click-button", "click-link", "enter-text", "focus-text-2", "login-user")
+
+
+def make_loop_run(out: Path) -> dict[str, Any]:
+    """A loop run's directory as ``replaystore loop`` leaves it: ``out/storage`` with
+    iteration 1 (loop iteration 0, the demonstrations) and 2 (loop iteration 1, the model
+    served from ``checkpoints/000``), ``out/journal.json`` and ``out/summary.json``.
+
+    Each iteration holds one trajectory per task of :data:`LOOP_TASKS`; the
+    demonstrations all succeed, the model on the first two tasks only.
+    """
+    storage = TrajectoryStorage(out / "storage")
+    for number, (policy, checkpoint) in enumerate(
+        [("demonstrations", None), ("model", "checkpoints/000")], start=1
+    ):
+        trajectories = []
+        for i, name in enumerate(LOOP_TASKS):
+            website = f"http://127.0.0.1:41234/miniwob/{name}.html"
+            task = Task(f"goal of {name}", "miniwob", name, website, "easy", None, None)
+            won = policy == "demonstrations" or i < 2
+            shot = out / "storage" / "shots" / f"{number}_{i}.png"
+            _png(shot, (90, 40 * i, 140), i)
+            trajectories.append(
+                [
+                    {
+                        "observation": Observation(task, str(shot), None, {"url": website}),
+                        "action": Action({"key": "click", "element": "3"}, 'click("3")'),
+                        "response": Response('<think>t</think>\nAction: click("3")', None, ""),
+                        "reward": Reward(1.0 if won else 0.0, {"source": "miniwob"}),
+                        "trajectory_metadata": {
+                            "policy": policy,
+                            "checkpoint": checkpoint,
+                            "loop_iteration": number - 1,
+                        },
+                    }
+                ]
+            )
+        storage.save_iteration(number, trajectories, rank=None)
+    rates = {name: (1.0 if i < 2 else 0.0) for i, name in enumerate(LOOP_TASKS)}
+    summary = {
+        "iterations": [
+            {
+                "iteration": 0,
+                "policy": "demonstrations",
+                "checkpoint": None,
+                "success_rate": 1.0,
+                "num_tasks": 5,
+                "successful": 5,
+                "eval": {"tasks": dict.fromkeys(LOOP_TASKS, 1.0), "mean": 1.0, "episodes": 50},
+            },
+            {
+                "iteration": 1,
+                "policy": "model",
+                "checkpoint": "checkpoints/000",
+                "success_rate": 0.4,
+                "num_tasks": 5,
+                "successful": 2,
+                "eval": {"tasks": rates, "mean": 0.4, "episodes": 50},
+            },
+        ],
+        "untrained": {"success_rate": 0.0, "eval": {"tasks": {}, "mean": 0.1}},
+        "evaluation": {"tasks": "miniwob:...", "seeds": "100000-100009"},
+    }
+    (out / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
+    (out / "journal.json").write_text(json.dumps({"iterations": []}), encoding="utf-8")
+    return {"out": out, "storage": out / "storage", "summary": summary}

@@ -1071,7 +1071,18 @@ class LoopRunner:
                     "overhead_share": _overhead_share(stages, record.get("wall_s")),
                 }
             )
-        out: dict[str, Any] = {"iterations": rows, "untrained": self.journal.data.get("baseline")}
+        untrained = self.journal.data.get("baseline")
+        if untrained and untrained.get("eval"):
+            # One shape for every held-out figure: {"tasks": {name: rate}, "mean", ...}.
+            held = untrained["eval"]
+            untrained = {
+                **untrained,
+                "eval": {
+                    **held,
+                    "tasks": {n: r["success_rate"] for n, r in held["tasks"].items()},
+                },
+            }
+        out: dict[str, Any] = {"iterations": rows, "untrained": untrained}
         if self.config.on_miniwob:
             out["evaluation"] = {
                 "tasks": self.config.evaluation_tasks(),

@@ -43,6 +43,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from replaystore.errors import QueryError, ReplayStoreError
 from replaystore.redaction import redact
+from replaystore.trajectories.context import display_url
 from replaystore.view import svg
 from replaystore.view.experience import FILTER_OPS, ExperienceReader, condition_from_form, row_json
 from replaystore.view.trajectories import TrajectoryFilter, TrajectoryIndex
@@ -269,23 +270,36 @@ def _trajectory_routes(
 
     def overview(request: Request) -> Response:
         o = index.overview()
+        websites, common = svg.short_labels(
+            [display_url(r[0]).split("://", 1)[-1] for r in o["by_website"]]
+        )
+        by_website = "success rate by website" + (f" ({common}...)" if common else "")
         charts = []
-        for key, title in (
-            ("by_iteration", "success rate per iteration"),
-            ("by_website", "success rate by website"),
-            ("by_difficulty", "success rate by difficulty"),
+        for key, title, labels in (
+            ("by_iteration", "success rate per iteration (what acted)", None),
+            ("by_website", by_website, websites),
+            ("by_difficulty", "success rate by difficulty", None),
         ):
             rows = o[key]
             charts.append(
                 svg.bar_chart(
-                    [r[0].split("://", 1)[-1] for r in rows],  # websites without their scheme
+                    labels or [r[0] for r in rows],
                     [r[1] for r in rows],
                     title,
                     y_max=1.0,
                     notes=[f"{r[2]} of {r[3]}" for r in rows],
                 )
             )
-        return ctx.render(request, "traj_overview.html", o=o, charts=charts, root=str(root))
+        loop, loop_note = _loop_charts(root)
+        return ctx.render(
+            request,
+            "traj_overview.html",
+            o=o,
+            charts=charts,
+            loop=loop,
+            loop_note=loop_note,
+            root=str(root),
+        )
 
     def listing(request: Request) -> Response:
         f = TrajectoryFilter(
@@ -297,6 +311,7 @@ def _trajectory_routes(
             min_reward=_float(request, "min_reward"),
             max_reward=_float(request, "max_reward"),
             text=request.query_params.get("q", "").strip() or None,
+            acting=_choice(request, "acting", index.actings),
         )
         ids = index.select(f)
         page, size, pages = _paging(request, int(ids.size))
@@ -370,6 +385,74 @@ def _trajectory_routes(
         Route("/screenshot/{tid:int}/{step:int}", screenshot),
     ]
     return routes, ctx
+
+
+def _acting_label(row: dict[str, Any]) -> str:
+    """What acted in a loop summary row, as the viewer's other pages say it."""
+    if row.get("policy") == "demonstrations":
+        return "demonstrations"
+    return " ".join(str(p) for p in (row.get("policy"), row.get("checkpoint")) if p)
+
+
+def _loop_charts(storage: Path) -> tuple[list[str], str]:
+    """The charts of the loop run ``storage`` belongs to, and a note; ``([], "")`` when it
+    is not a loop run's storage.
+
+    A loop run keeps its storage in ``OUT/storage`` beside ``OUT/summary.json`` and
+    ``OUT/journal.json``. The summary is read on every request, so a page reloaded during
+    a run shows the iterations finished so far. Its charts: the held-out success per
+    iteration (seeds never trained on; the mean and each task, the untrained model as a
+    dashed line), and the success on each iteration's training tasks; both name what
+    acted (the demonstrations, or the checkpoint served) and number iterations as the
+    loop does (0 is the demonstrations).
+    """
+    run = storage.parent
+    path = run / "summary.json"
+    if storage.name != "storage" or not (run / "journal.json").is_file() or not path.is_file():
+        return [], ""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        rows = list(summary["iterations"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [], f"the loop's summary {path} cannot be read ({exc}); its charts are left out"
+    labels = [f"{r['iteration']}: {_acting_label(r)}" for r in rows]
+    charts = []
+    untrained = summary.get("untrained") or {}
+    held = [r.get("eval") for r in rows]
+    if any(held):
+        tasks = sorted({name for h in held if h for name in h["tasks"]})
+        nan = float("nan")
+        series = [("mean over tasks", [h["mean"] if h else nan for h in held])]
+        series += [(t, [h["tasks"].get(t, nan) if h else nan for h in held]) for t in tasks]
+        base = (untrained.get("eval") or {}).get("mean")
+        evaluation = summary.get("evaluation") or {}
+        charts.append(
+            svg.line_chart(
+                labels,
+                series,
+                f"held-out success per iteration (seeds {evaluation.get('seeds', '?')})",
+                reference=("untrained model", float(base)) if base is not None else None,
+            )
+        )
+    train_labels, train_values, notes = list(labels), [], []
+    for r in rows:
+        rate = r.get("success_rate")
+        train_values.append(float(rate) if rate is not None else float("nan"))
+        notes.append(f"{r.get('successful')} of {r.get('num_tasks')}")
+    if untrained.get("success_rate") is not None and not any(held):
+        train_labels.insert(0, "untrained")  # measured on the training tasks
+        train_values.insert(0, float(untrained["success_rate"]))
+        notes.insert(0, f"{untrained.get('successful')} of {untrained.get('num_tasks')}")
+    charts.append(
+        svg.bar_chart(
+            train_labels,
+            train_values,
+            "success on each iteration's training tasks",
+            y_max=1.0,
+            notes=notes,
+        )
+    )
+    return charts, f"loop run {run}: iterations as the loop numbers them (0 is the demonstrations)"
 
 
 def _refusal(path: Path, root: Path) -> str | None:

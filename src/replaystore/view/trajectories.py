@@ -44,6 +44,8 @@ class TrajectoryFilter:
     ``success``/``blocked``: True keeps only successful/blocked trajectories, False
     only the others. ``text``: case-insensitive substring of the task name.
     ``min_reward``/``max_reward``: inclusive bounds on the final reward.
+    ``acting``: what acted, one of :attr:`TrajectoryIndex.actings` (``"demonstrations"``,
+    ``"model checkpoints/000"``...).
     """
 
     iteration: int | None = None
@@ -54,6 +56,7 @@ class TrajectoryFilter:
     min_reward: float | None = None
     max_reward: float | None = None
     text: str | None = None
+    acting: str | None = None
 
 
 def _label(value: Any) -> str:
@@ -97,6 +100,7 @@ class TrajectoryIndex:
         difficulties: list[str] = []
         blocked: list[bool] = []
         producers: list[tuple[str | None, str | None, str | None]] = []
+        loop_iterations: list[int] = []
         first_pos = 0
         for file_id, f in enumerate(files):
             # The storage's own header reader: it checks size, last line and checksums.
@@ -146,6 +150,10 @@ class TrajectoryIndex:
                         _text_or_none(meta.get("observation")),
                     )
                 )
+                number = meta.get("loop_iteration")
+                loop_iterations.append(
+                    number if isinstance(number, int) and not isinstance(number, bool) else -1
+                )
             first_pos += header.num_steps
         cat = {k: np.concatenate(v) for k, v in traj_parts.items()}
         self.traj_file: NDArray[np.int32] = cat["file"]
@@ -163,6 +171,12 @@ class TrajectoryIndex:
         self.task_names = names
         # (policy, checkpoint, observation) per trajectory; None where not recorded.
         self.traj_producer = producers
+        #: The loop's own number of each trajectory's iteration (``loop_iteration`` in its
+        #: metadata: the file's iteration number minus one), -1 where not recorded.
+        self.traj_loop_iteration = np.array(loop_iterations, dtype=np.int64)
+        #: What acted, as the list shows and filters it: ``"demonstrations"``,
+        #: ``"model checkpoints/000"``, ``"-"`` where the producer did not say.
+        self.actings, self.traj_acting = _codes([_acting(p, c) for p, c, _ in producers])
         self._names_lower = np.array([n.lower() for n in names], dtype=str)
         self.websites, self.traj_website = _codes(websites)
         self.difficulties, self.traj_difficulty = _codes(difficulties)
@@ -216,7 +230,7 @@ class TrajectoryIndex:
         it_codes = np.searchsorted(its, self.traj_iteration)
         out: dict[str, Any] = {}
         for key, codes, labels in (
-            ("by_iteration", it_codes, [str(i) for i in self.iterations]),
+            ("by_iteration", it_codes, self.iteration_labels()),
             ("by_website", self.traj_website, self.websites),
             ("by_difficulty", self.traj_difficulty, self.difficulties),
         ):
@@ -238,6 +252,26 @@ class TrajectoryIndex:
             blocked_sites=[self.websites[i] for i in blocked_sites.tolist()],
             same_screenshot_steps=int(self.step_same.sum()),
         )
+        return out
+
+    def iteration_labels(self) -> list[str]:
+        """A label per stored iteration (:attr:`iterations` order), numbered as the
+        producer numbers it, with what acted in it.
+
+        A loop run's files are iterations 1, 2... while the loop (its summary, its logs)
+        says 0, 1...: where every trajectory of a file carries one ``loop_iteration``,
+        that number is shown, with what acted (``"0: demonstrations"``, ``"1: model
+        checkpoints/000"``); otherwise the file's own number (and what acted when it is
+        one thing).
+        """
+        out = []
+        for number in self.iterations:
+            rows = self.traj_iteration == number
+            loops = np.unique(self.traj_loop_iteration[rows])
+            actings = np.unique(self.traj_acting[rows])
+            shown = str(int(loops[0])) if loops.size == 1 and loops[0] >= 0 else str(number)
+            acting = self.actings[int(actings[0])] if actings.size == 1 else ""
+            out.append(f"{shown}: {acting}" if acting and acting != "-" else shown)
         return out
 
     # ------------------------------------------------------------------ filtering
@@ -263,6 +297,9 @@ class TrajectoryIndex:
             mask &= self.traj_success == f.success
         if f.blocked is not None:
             mask &= self.traj_blocked == f.blocked
+        if f.acting is not None:
+            code = self.actings.index(f.acting) if f.acting in self.actings else -1
+            mask &= self.traj_acting == code
         with np.errstate(invalid="ignore"):
             if f.min_reward is not None:
                 mask &= self.traj_reward >= f.min_reward
@@ -291,6 +328,10 @@ class TrajectoryIndex:
             "blocked": bool(self.traj_blocked[tid]),
             "dummy": bool(self.traj_dummy[tid]),
             "same_steps": int(self.traj_same[tid]),
+            "acting": self.actings[int(self.traj_acting[tid])],
+            "loop_iteration": (
+                None if self.traj_loop_iteration[tid] < 0 else int(self.traj_loop_iteration[tid])
+            ),
             "policy": self.traj_producer[tid][0],
             "checkpoint": self.traj_producer[tid][1],
             "observation": self.traj_producer[tid][2],
@@ -360,6 +401,13 @@ def _get(record: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
     for key in keys:
         value = value.get(key) if isinstance(value, Mapping) else None
     return value if isinstance(value, Mapping) else {}
+
+
+def _acting(policy: str | None, checkpoint: str | None) -> str:
+    """What acted, as one label: the policy, and the checkpoint a model was served from."""
+    if policy is None and checkpoint is None:
+        return "-"
+    return " ".join(part for part in (policy, checkpoint) if part)
 
 
 def _text_or_none(value: Any) -> str | None:
