@@ -135,7 +135,7 @@ def test_loop_killed_at_every_stage_resumes_to_one_clean_run(tmp_path, chromium)
         "model": {"path": str(make_fake_model(tmp_path / "base")), "evaluate_untrained": False},
         "rollout": {
             "workers": 2,
-            "viewport": [640, 420],
+            "viewport": [400, 300],
             "max_steps": {"easy": 5, "medium": 6, "hard": 8},
         },
         "serve": {"startup_timeout_s": 120.0},

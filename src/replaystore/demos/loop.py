@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -37,31 +36,6 @@ _COMMON: dict[str, Any] = {
     },
     "policy": {"max_tokens": 128},
 }
-
-
-#: The port the demo serves the local suite on, when it is free. Every prompt shows
-#: the sites' URLs, port included, so with a random port each run trained on other
-#: digits, and the tiny model learned differently: 11/14 and 0/14 of the quick run's
-#: tasks in two runs whose training data differed in nothing but the port (2026-11-26).
-#: On one port the demonstrations, and so the training data, are the same on every
-#: run. 40411 is the port of the run that reached 11/14.
-SUITE_PORT = 40411
-
-
-def _suite_port() -> int:
-    """:data:`SUITE_PORT` if nothing listens there, else 0 (a free port; logged)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the suite's server
-        try:
-            probe.bind(("127.0.0.1", SUITE_PORT))
-        except OSError:
-            logger.warning(
-                "port %d is taken: the local suite runs on a free port, so this run's "
-                "prompts (their URLs) and training data differ from other runs'",
-                SUITE_PORT,
-            )
-            return 0
-    return SUITE_PORT
 
 
 def quick_config() -> dict[str, Any]:
@@ -163,7 +137,6 @@ def run(out: Path, quick: bool) -> list[str]:
         shutil.rmtree(out)  # a previous demo run: the demo starts afresh
     settings = quick_config() if quick else full_config()
     settings["out"] = str(out)
-    settings["rollout"] = {**settings["rollout"], "suite_port": _suite_port()}
     config = LoopConfig.from_mapping(settings, base_dir=out)
     try:
         summary = LoopRunner(config, report=_log, progress=False).run()

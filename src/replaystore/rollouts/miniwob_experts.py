@@ -126,7 +126,7 @@ def _submit(page: _Page, label: str = "Submit") -> _Decision:
 
 def _fill(element: PageElement, text: str, what: str) -> _Decision:
     return (
-        f"Type {text!r} into the {what}.",
+        f'Type "{text}" into the {what}.',  # quoted as the goal quotes it
         {"key": "fill", "element": element.element_id, "text": text},
     )
 
@@ -424,6 +424,20 @@ def _say(thought: str, action: dict[str, Any]) -> str:
     return f"<think>{thought}</think>\nAction: {format_action(action)}"
 
 
+def _with_target(thought: str, action: dict[str, Any], elements: Sequence[PageElement]) -> str:
+    """``thought`` ending with the acted-on element's line as the page text writes it.
+
+    ``Target: button 'Cancel' id=6`` repeats the observation's own words up to the id,
+    so a small model finds the id by copying what follows them in its prompt.
+    """
+    wanted = str(action.get("element", ""))
+    for element in elements:
+        if element.element_id == wanted:
+            line = f"{element.role} '{element.name}' id={element.element_id}"
+            return f"{thought} Target: {line}"
+    return thought
+
+
 class MiniWoBExpert:
     """A scripted expert for the 18 tasks of ``miniwob.EXPERT_TASKS`` (module docstring).
 
@@ -462,7 +476,7 @@ class MiniWoBExpert:
             thought, action = solver(page)
         except _Unsolvable as exc:
             return _say(str(exc), {"key": "answer", "text": str(exc)})
-        return _say(thought, action)
+        return _say(_with_target(thought, action, elements), action)
 
     async def aclose(self) -> None:
         """Nothing to release."""
