@@ -94,7 +94,15 @@ DEFAULTS: dict[str, Any] = {
         "path": None,
         # The name the server serves the model under (the policy asks for it).
         "name": "policy",
-        "tiny": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 2048, "seed": 0},
+        "tiny": {
+            "layers": 4,
+            "hidden": 256,
+            "heads": 4,
+            "vocab": 2048,
+            "seed": 0,
+            # steps of synthetic find-and-copy text before the loop trains it (tiny_model.py)
+            "pretrain_steps": 0,
+        },
         # Roll out the untrained model once before training, for the learning curve.
         "evaluate_untrained": True,
     },
@@ -399,6 +407,7 @@ class LoopConfig:
             raise ConfigError(f"unknown key model.tiny.{sorted(unknown)[0]!r}")
         for key in ("layers", "hidden", "heads", "vocab"):
             _int(tiny, key, 1, "model.tiny.")
+        _int(tiny, "pretrain_steps", 0, "model.tiny.")
         if tiny["hidden"] != 64 * tiny["heads"]:
             raise ConfigError(
                 f"model.tiny.hidden must be 64 x heads (vLLM's CPU attention needs head_dim 64), "

@@ -880,6 +880,7 @@ class LoopRunner:
             heads=tiny["heads"],
             vocab=tiny["vocab"],
             seed=tiny["seed"],
+            pretrain_steps=tiny["pretrain_steps"],
             log_path=self.out / "logs" / "model.log",
             marker=self.marker,
         )

@@ -6,6 +6,7 @@ environment::
 
     <llamafactory-env>/bin/python tiny_model.py --out DIR [--corpus FILE ...]
         [--layers 4] [--hidden 256] [--heads 4] [--vocab 2048] [--seed 0]
+        [--pretrain-steps 0]
 
 ``replaystore loop --make-tiny-model DIR`` runs it for you with the right Python.
 
@@ -15,6 +16,19 @@ both read): ``config.json``, ``model.safetensors``, ``generation_config.json``,
 same text LLaMA-Factory's ``qwen`` template produces, so the model is prompted
 at serving time exactly as it was trained) and ``tiny_model.json`` (the
 settings it was built with).
+
+``--pretrain-steps N`` then trains the model N steps on synthetic find-and-copy text
+before it is saved (:func:`pretrain`): lines in the page-text format of
+``replaystore.rollouts.page_text`` (``role 'name' id=N``) whose names are random
+combinations of the tokenizer's own whole-word pieces, where the model completes
+``Target: role 'name' id=`` with the line's id, and goals whose quoted names it copies.
+No page, task or episode is used (the pieces come from the corpus the tokenizer learned,
+iteration 0's training data in the loop): it is the skill of finding a name in the prompt
+and copying what follows it, which a model trained from scratch on a few hundred
+demonstrations does not acquire (it answers with names frequent in its data). Its
+accuracy on fresh synthetic examples is recorded in ``tiny_model.json``. Measured
+(2026-11-27, 2 layers, hidden 256, 2 cores): 1,200 steps (9 min) copy a goal's quoted
+name 59% of the time, find a named line's id 5%.
 
 The tokenizer is a byte-level BPE trained on the corpus files (any UTF-8 text;
 a LLaMA-Factory ShareGPT/OpenAI JSON dataset contributes the text of its
@@ -33,6 +47,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 #: ChatML, as LLaMA-Factory's ``qwen`` template writes it (system, user, assistant turns
 #: ending in ``<|im_end|>``; the generation prompt opens the assistant turn).
@@ -119,8 +134,10 @@ def build(
     vocab: int,
     seed: int,
     max_positions: int,
+    pretrain_steps: int = 0,
 ) -> dict[str, object]:
-    """Train the tokenizer, build the model, save both under ``out``; the settings used."""
+    """Train the tokenizer, build the model (``pretrain_steps`` of :func:`pretrain` when
+    > 0), save both under ``out``; the settings used."""
     import torch
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import (
@@ -178,6 +195,10 @@ def build(
         torch_dtype="float32",
     )
     model = Qwen2ForCausalLM(config)
+    pretrained = None
+    if pretrain_steps > 0:
+        torch.set_num_threads(os.cpu_count() or 1)
+        pretrained = pretrain(model, tokenizer, steps=pretrain_steps, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
@@ -206,9 +227,163 @@ def build(
         "max_positions": max_positions,
         "seed": seed,
         "corpus": [str(p) for p in corpus],
+        "pretrain": pretrained,
     }
     _atomic_write_text(out / "tiny_model.json", json.dumps(settings, indent=2))
     return settings
+
+
+#: Roles of the synthetic page lines (the page-text roles a web page has most).
+_ROLES = ("button", "link", "textbox", "StaticText", "checkbox", "radio", "tab", "option")
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _made_up_word(rng: Any, words: list[str] | None = None) -> str:
+    if words:
+        word = rng.choice(words)
+    else:
+        word = "".join(rng.choice(_LETTERS) for _ in range(rng.randint(2, 9)))
+    if rng.random() < 0.4:
+        word = word.capitalize()
+    if rng.random() < 0.1:
+        word += rng.choice(".,:")
+    return word
+
+
+def _made_up_name(rng: Any, words: list[str] | None = None) -> str:
+    return " ".join(_made_up_word(rng, words) for _ in range(rng.choice((1, 1, 1, 2, 3))))
+
+
+def synthetic_example(
+    rng: Any, kind: int | None = None, words: list[str] | None = None
+) -> tuple[str, str]:
+    """One ``(prompt, answer)`` of find-and-copy text (see the module docstring).
+
+    Three kinds, equally often: a page of lines then ``Target: role 'name' id=`` (answer:
+    that line's id); a goal quoting made-up words then a reply that opens a quote (answer:
+    the words); a goal, a page and ``Target: role '`` (answer: the goal's name, then the
+    line's id). ``words``: draw the names' words from these (default: random letters).
+    """
+    kind = rng.randrange(3) if kind is None else kind
+    n = rng.randint(2, 9)
+    ids = rng.sample(range(1, 60), n)
+    roles = [rng.choice(_ROLES) for _ in range(n)]
+    names = [_made_up_name(rng, words) for _ in range(n)]
+    page = "\n".join(f"{r} '{w}' id={i}" for r, w, i in zip(roles, names, ids, strict=True))
+    k = rng.randrange(n)
+    verb = rng.choice(("Click on", "Enter", "Select", "Find", "Type", "Choose"))
+    if kind == 0:
+        return f"{page}\nTarget: {roles[k]} '{names[k]}' id=", f"{ids[k]}\n"
+    if kind == 1:
+        return f'Task: {verb} "{names[k]}".\nReply: "', f'{names[k]}"\n'
+    goal = f'Task: {verb} the {roles[k]} "{names[k]}".'
+    return f"{goal}\n{page}\nTarget: {roles[k]} '", f"{names[k]}' id={ids[k]}\n"
+
+
+def _encode(tokenizer: Any, prompt: str, answer: str) -> tuple[list[int], list[int]]:
+    """Token ids of ``prompt + answer`` tokenized together, and labels: -100 on the prompt
+    (a token that starts inside the answer is a target)."""
+    text = prompt + answer
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = list(encoded["input_ids"])
+    labels = [
+        t if start >= len(prompt) else -100
+        for t, (start, _) in zip(ids, encoded["offset_mapping"], strict=True)
+    ]
+    return ids, labels
+
+
+def pretrain(
+    model: Any, tokenizer: Any, *, steps: int, seed: int, batch: int = 16, max_tokens: int = 160
+) -> dict[str, object]:
+    """Train ``model`` ``steps`` steps on :func:`synthetic_example` text (loss on the
+    answers only; AdamW, lr 2e-3 with 100 warm-up steps then cosine); what it reached.
+
+    Returns:
+        ``{"steps", "loss_first", "loss_last", "accuracy"}``: the exact-match rate of the
+        answers (every answer token the model's most likely next token) on 300 fresh
+        examples of each kind.
+    """
+    import math
+    import random
+
+    import torch
+
+    rng = random.Random(seed + 1)
+    pad = tokenizer.pad_token_id
+    # The names' words: the tokenizer's own whole-word pieces (letters only, 3+ long), so
+    # that a name is a token or two as a page's names are, not a string of fragments.
+    words = sorted(t for t in tokenizer.get_vocab() if t.isascii() and t.isalpha() and len(t) >= 3)
+
+    def make_batch() -> tuple[Any, Any, Any]:
+        rows = []
+        for _ in range(batch):
+            ids: list[int] = []
+            labels: list[int] = []
+            while True:
+                more_ids, more_labels = _encode(tokenizer, *synthetic_example(rng, None, words))
+                if ids and len(ids) + len(more_ids) + 1 > max_tokens:
+                    break
+                if ids:
+                    ids.append(tokenizer.convert_tokens_to_ids("\u010a"))  # a newline
+                    labels.append(-100)
+                ids += more_ids
+                labels += more_labels
+            rows.append((ids[:max_tokens], labels[:max_tokens]))
+        width = max(len(r[0]) for r in rows)
+        input_ids = torch.full((batch, width), pad, dtype=torch.long)
+        target = torch.full((batch, width), -100, dtype=torch.long)
+        mask = torch.zeros((batch, width), dtype=torch.long)
+        for i, (ids, labels) in enumerate(rows):
+            input_ids[i, : len(ids)] = torch.tensor(ids)
+            target[i, : len(labels)] = torch.tensor(labels)
+            mask[i, : len(ids)] = 1
+        return input_ids, target, mask
+
+    warmup = min(100, max(1, steps // 10))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
+
+    def rate(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, steps - warmup)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+    model.train()
+    losses: list[float] = []
+    for step in range(steps):
+        input_ids, target, mask = make_batch()
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=target).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+        if step % 50 == 0 or step == steps - 1:
+            sys.stderr.write(f"pretrain step {step + 1}/{steps}: loss {losses[-1]:.4f}\n")
+            sys.stderr.flush()
+    model.eval()
+    accuracy: dict[str, float] = {}
+    check = random.Random(seed + 2)
+    with torch.no_grad():
+        for kind, name in enumerate(("find the id", "copy the quote", "copy then find")):
+            right = 0
+            for _ in range(300):
+                prompt, answer = synthetic_example(check, kind, words)
+                ids, labels = _encode(tokenizer, prompt, answer)
+                logits = model(input_ids=torch.tensor([ids])).logits[0]
+                guess = logits.argmax(-1).tolist()
+                right += all(guess[i - 1] == t for i, t in enumerate(labels) if t != -100 and i > 0)
+            accuracy[name] = right / 300
+    sys.stderr.write(f"pretrain accuracy on fresh examples: {accuracy}\n")
+    return {
+        "steps": steps,
+        "loss_first": losses[0] if losses else None,
+        "loss_last": sum(losses[-20:]) / len(losses[-20:]) if losses else None,
+        "accuracy": accuracy,
+    }
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -232,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-positions", type=int, default=4096)
+    parser.add_argument("--pretrain-steps", type=int, default=0)
     args = parser.parse_args(argv)
     settings = build(
         args.out,
@@ -242,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
         vocab=args.vocab,
         seed=args.seed,
         max_positions=args.max_positions,
+        pretrain_steps=args.pretrain_steps,
     )
     sys.stdout.write(json.dumps(settings) + "\n")  # the settings, for the caller
     return 0
