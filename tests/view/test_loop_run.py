@@ -67,13 +67,19 @@ def test_a_plain_storage_has_no_loop_section(tmp_path: Path, traj_store: dict[st
     assert 'id="loop"' not in html
 
 
-def test_a_damaged_summary_is_named_and_the_storage_pages_still_work(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "text", ["{not json", '{"iterations": [1, 2]}', '{"iterations": "x"}', "[]"]
+)
+def test_a_damaged_summary_is_named_and_the_storage_pages_still_work(
+    tmp_path: Path, text: str
+) -> None:
     run = make_loop_run(tmp_path / "run")
-    (run["out"] / "summary.json").write_text("{not json", encoding="utf-8")
+    (run["out"] / "summary.json").write_text(text, encoding="utf-8")
     response = TestClient(build_app("trajectory_storage", run["storage"])).get("/")
     assert response.status_code == 200
     note = re.search(r'id="loop-note">([^<]*)<', response.text)
     assert note and "summary.json cannot be read" in note.group(1)
+    assert "storage-charts" in response.text
 
 
 def test_list_has_an_acting_column_and_filter(loop_run: dict[str, Any]) -> None:

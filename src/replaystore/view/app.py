@@ -412,9 +412,20 @@ def _loop_charts(storage: Path) -> tuple[list[str], str]:
         return [], ""
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
-        rows = list(summary["iterations"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return [], f"the loop's summary {path} cannot be read ({exc}); its charts are left out"
+        charts = _loop_figures(summary)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        return [], f"the loop's summary {path} cannot be read ({why}); its charts are left out"
+    return charts, f"loop run {run}: iterations as the loop numbers them (0 is the demonstrations)"
+
+
+def _loop_figures(summary: dict[str, Any]) -> list[str]:
+    """The charts of a loop's ``summary.json`` (see :func:`_loop_charts`).
+
+    Raises:
+        KeyError, TypeError, AttributeError, ValueError: the summary is not the loop's shape.
+    """
+    rows = list(summary["iterations"])
     labels = [f"{r['iteration']}: {_acting_label(r)}" for r in rows]
     charts = []
     untrained = summary.get("untrained") or {}
@@ -452,7 +463,7 @@ def _loop_charts(storage: Path) -> tuple[list[str], str]:
             notes=notes,
         )
     )
-    return charts, f"loop run {run}: iterations as the loop numbers them (0 is the demonstrations)"
+    return charts
 
 
 def _refusal(path: Path, root: Path) -> str | None:
