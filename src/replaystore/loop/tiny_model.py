@@ -196,8 +196,7 @@ def build(
     )
     model = Qwen2ForCausalLM(config)
     pretrained = None
-    if pretrain_steps > 0:
-        torch.set_num_threads(os.cpu_count() or 1)
+    if pretrain_steps > 0:  # torch's threads as the environment sets them (OMP_NUM_THREADS)
         pretrained = pretrain(model, tokenizer, steps=pretrain_steps, seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
