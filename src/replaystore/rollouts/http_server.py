@@ -13,7 +13,7 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 __all__ = ["BackgroundHTTPServer"]
 
@@ -52,7 +52,7 @@ class BackgroundHTTPServer(ABC):
         """Whether the server is bound and serving."""
         return self._server is not None
 
-    def start(self) -> Any:
+    def start(self) -> Self:
         """Bind and serve in a daemon thread (idempotent); returns ``self``."""
         if self._server is None:
             handler: type[BaseHTTPRequestHandler] = self.handler()
@@ -81,7 +81,7 @@ class BackgroundHTTPServer(ABC):
             self._server = None
             self._thread = None
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -276,18 +276,6 @@ class MiniWoBServer(BackgroundHTTPServer):
         """
         return functools.partial(_QuietHandler, directory=str(html_root()))
 
-    def start(self) -> MiniWoBServer:
-        """Bind and serve in a daemon thread (idempotent).
-
-        Raises:
-            ImportError: the ``miniwob`` package is missing.
-        """
-        super().start()
-        return self
-
-    def __enter__(self) -> MiniWoBServer:
-        return self.start()
-
 
 _START_JS = """
 ([seed, maxTime]) => {

@@ -79,8 +79,7 @@ def bar_chart(
     n = max(len(labels), 1)
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
     slot = plot_w / n
-    # Labels wider than their slot are slanted, with room made under the plot for them.
-    rotate = max((len(str(label)) for label in labels), default=0) * 6.2 > slot
+    rotate = _upright(labels, slot)
     parts = _frame(title, top, value_fmt, _SLANT_ROOM if rotate else 0)
     for i, (label, v) in enumerate(zip(labels, vals.tolist(), strict=True)):
         x = _LEFT + i * slot
@@ -104,6 +103,13 @@ def bar_chart(
         parts.append(_x_label(cx, ly, text, rotate))
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _upright(labels: Sequence[str], slot: float) -> bool:
+    """Whether x labels must be turned upright: the widest (about 6.2 units a character at
+    the tick font, cut at :data:`_MAX_LABEL`) is wider than a slot."""
+    widest = max((len(_clip(str(label))) for label in labels), default=0)
+    return widest * 6.2 > slot
 
 
 def _x_label(cx: float, y: float, text: str, upright: bool) -> str:
@@ -175,7 +181,7 @@ def line_chart(
     n = max(len(labels), 1)
     plot_w, plot_h = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
     slot = plot_w / n
-    rotate = max((len(str(label)) for label in labels), default=0) * 6.2 > slot
+    rotate = _upright(labels, slot)
     legend = [name for name, _ in series] + ([reference[0]] if reference else [])
     legend_rows = (len(legend) + 3) // 4
     extra = (_SLANT_ROOM if rotate else 0) + 16 * legend_rows

@@ -116,14 +116,6 @@ class LocalSuite(BackgroundHTTPServer):
     def handler(self) -> type[_Handler]:
         return _Handler
 
-    def start(self) -> LocalSuite:
-        """Bind and serve in a daemon thread (idempotent)."""
-        super().start()
-        return self
-
-    def __enter__(self) -> LocalSuite:
-        return self.start()
-
     def url(self, site: str, path: str = "/") -> str:
         """The URL of ``path`` on ``site`` (a name in :data:`~.pages.SITES`).
 
