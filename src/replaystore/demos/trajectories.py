@@ -127,10 +127,10 @@ class DemoConfig:
 
     @classmethod
     def quick(cls) -> DemoConfig:
-        """Seconds, not a minute: 3 iterations of 10 tasks, small pages, a faster learner."""
+        """Seconds, not a minute: 3 iterations of 6 tasks, small pages, a faster learner."""
         return cls(
             iterations=3,
-            tasks_per_iteration=10,
+            tasks_per_iteration=6,
             viewport=(640, 420),
             max_steps={"easy": 6, "medium": 8, "hard": 10},
             wrong_answer_rate=0.7,
@@ -571,7 +571,7 @@ def summary_lines(result: DemoResult) -> list[str]:
 
 
 def run(out: Path, quick: bool) -> list[str]:
-    """Run the web-agent loop in a real browser (quick: ~15 s; full: about a minute).
+    """Run the web-agent loop in a real browser (quick: about 20 s on 2 cores; full: a minute).
 
     Without a browser (no Chromium, or Playwright not installed) nothing is
     written and the returned lines say the part was skipped and how to get one;

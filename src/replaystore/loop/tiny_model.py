@@ -368,14 +368,23 @@ def pretrain(
     check = random.Random(seed + 2)
     with torch.no_grad():
         for kind, name in enumerate(("find the id", "copy the quote", "copy then find")):
-            right = 0
-            for _ in range(300):
-                prompt, answer = synthetic_example(check, kind, words)
-                ids, labels = _encode(tokenizer, prompt, answer)
-                logits = model(input_ids=torch.tensor([ids])).logits[0]
-                guess = logits.argmax(-1).tolist()
-                right += all(guess[i - 1] == t for i, t in enumerate(labels) if t != -100 and i > 0)
-            accuracy[name] = right / 300
+            # One right-padded batch per kind: with causal attention and the padding masked,
+            # a row's logits are those it has alone.
+            rows = [
+                _encode(tokenizer, *synthetic_example(check, kind, words)) for _ in range(300)
+            ]
+            width = max(len(ids) for ids, _ in rows)
+            input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+            target = torch.full((len(rows), width), -100, dtype=torch.long)
+            mask = torch.zeros((len(rows), width), dtype=torch.long)
+            for i, (ids, labels) in enumerate(rows):
+                input_ids[i, : len(ids)] = torch.tensor(ids)
+                target[i, : len(labels)] = torch.tensor(labels)
+                mask[i, : len(ids)] = 1
+            guess = model(input_ids=input_ids, attention_mask=mask).logits.argmax(-1)
+            # the token at i is predicted at i - 1; a row is right when every answer token is
+            wrong = (guess[:, :-1] != target[:, 1:]) & (target[:, 1:] != -100)
+            accuracy[name] = int((~wrong.any(dim=1)).sum()) / len(rows)
     sys.stderr.write(f"pretrain accuracy on fresh examples: {accuracy}\n")
     return {
         "steps": steps,
