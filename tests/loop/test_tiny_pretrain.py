@@ -16,7 +16,7 @@ import pytest
 
 from replaystore.errors import ConfigError
 from replaystore.loop import LoopConfig
-from replaystore.loop.tiny_model import synthetic_example
+from replaystore.loop.tiny_model import synthetic_example, training_segments
 from replaystore.loop.tools import make_tiny_model
 
 _LINE = re.compile(r"^(\S+) '(.*)' id=(\d+)$")
@@ -43,6 +43,27 @@ def test_each_kind_of_example_holds_its_answer_in_its_prompt() -> None:
         role, name = re.search(r'the (\S+) "(.*)"\.\n', prompt).groups()  # type: ignore[union-attr]
         assert prompt.endswith(f"Target: {role} '")
         assert answer == f"{name}' id={_page(prompt)[(role, name)]}\n"
+
+
+def test_a_training_page_is_asked_for_several_of_its_lines_each_id_a_target() -> None:
+    rng = random.Random(3)
+    asked = []
+    for _ in range(300):
+        segments = training_segments(rng)
+        assert not segments[0][1] and all(isinstance(t, str) for t, _ in segments)
+        if not segments[0][0].endswith("\n") or segments[0][0].startswith("Task: "):
+            continue  # the other two kinds: one prompt, one answer
+        page = _page(segments[0][0])
+        queries = segments[1:]
+        assert len(queries) % 2 == 0
+        pairs = list(zip(queries[::2], queries[1::2], strict=True))
+        asked.append(len(pairs))
+        for (query, is_target), (answer, answer_is_target) in pairs:
+            assert not is_target and answer_is_target
+            role, name = re.fullmatch(r"Target: (\S+) '(.*)' id=", query).groups()  # type: ignore[union-attr]
+            assert answer == page[(role, name)] + "\n"
+        assert len({q for (q, _), _ in pairs}) == len(pairs)  # distinct lines
+    assert asked and max(asked) == 4 and min(asked) >= 2
 
 
 def test_names_are_made_of_the_given_words_else_random_letters() -> None:

@@ -282,20 +282,54 @@ def synthetic_example(
 def _encode(tokenizer: Any, prompt: str, answer: str) -> tuple[list[int], list[int]]:
     """Token ids of ``prompt + answer`` tokenized together, and labels: -100 on the prompt
     (a token that starts inside the answer is a target)."""
-    text = prompt + answer
+    return _encode_segments(tokenizer, [(prompt, False), (answer, True)])
+
+
+def _encode_segments(
+    tokenizer: Any, segments: list[tuple[str, bool]]
+) -> tuple[list[int], list[int]]:
+    """Token ids of the segments' texts tokenized together, and labels: a token that starts
+    inside a segment marked ``True`` is a target, every other token -100."""
+    text = "".join(part for part, _ in segments)
+    targets: list[tuple[int, int]] = []
+    at = 0
+    for part, is_target in segments:
+        if is_target:
+            targets.append((at, at + len(part)))
+        at += len(part)
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = list(encoded["input_ids"])
     labels = [
-        t if start >= len(prompt) else -100
+        t if any(a <= start < b for a, b in targets) else -100
         for t, (start, _) in zip(ids, encoded["offset_mapping"], strict=True)
     ]
     return ids, labels
 
 
+def training_segments(rng: Any, words: list[str] | None = None) -> list[tuple[str, bool]]:
+    """One training example as ``(text, is_target)`` segments: :func:`synthetic_example`'s
+    three kinds, equally often, where a page (the first kind) is asked for up to four of its
+    lines one after the other (``Target: role 'name' id=`` then the id, each id a target):
+    four lookups for one page's tokens, as the answers are a token or two each."""
+    kind = rng.randrange(3)
+    if kind != 0:
+        prompt, answer = synthetic_example(rng, kind, words)
+        return [(prompt, False), (answer, True)]
+    n = rng.randint(2, 9)
+    ids = rng.sample(range(1, 60), n)
+    roles = [rng.choice(_ROLES) for _ in range(n)]
+    names = [_made_up_name(rng, words) for _ in range(n)]
+    page = "\n".join(f"{r} '{w}' id={i}" for r, w, i in zip(roles, names, ids, strict=True))
+    segments: list[tuple[str, bool]] = [(page + "\n", False)]
+    for k in rng.sample(range(n), min(n, 4)):
+        segments += [(f"Target: {roles[k]} '{names[k]}' id=", False), (f"{ids[k]}\n", True)]
+    return segments
+
+
 def pretrain(
     model: Any, tokenizer: Any, *, steps: int, seed: int, batch: int = 16, max_tokens: int = 160
 ) -> dict[str, object]:
-    """Train ``model`` ``steps`` steps on :func:`synthetic_example` text (loss on the
+    """Train ``model`` ``steps`` steps on :func:`training_segments` text (loss on the
     answers only; AdamW, lr 2e-3 with 100 warm-up steps then cosine); what it reached.
 
     Returns:
@@ -320,7 +354,7 @@ def pretrain(
             ids: list[int] = []
             labels: list[int] = []
             while True:
-                more_ids, more_labels = _encode(tokenizer, *synthetic_example(rng, None, words))
+                more_ids, more_labels = _encode_segments(tokenizer, training_segments(rng, words))
                 if ids and len(ids) + len(more_ids) + 1 > max_tokens:
                     break
                 if ids:
