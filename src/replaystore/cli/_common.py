@@ -102,7 +102,9 @@ def check_options(parser: Parser, commands: dict[str, Parser], argv: Sequence[st
             owner = commands[token]
 
 
-def progress(items: Iterable[Any] | None, total: int, desc: str, unit: str = "sample") -> Any:
+def progress(
+    items: Iterable[Any] | None, total: int | None, desc: str, unit: str = "sample"
+) -> Any:
     """``items`` (or, with None, a bar to ``update`` by hand) with a tqdm bar on
     stderr when it is a terminal; quiet otherwise."""
     from tqdm import tqdm

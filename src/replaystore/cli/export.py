@@ -22,7 +22,9 @@ DESCRIPTION = (
     "(recency-biased when --num-samples is below what is available) and write a "
     "LLaMA-Factory dataset in --out: the records, an optional validation split and "
     "dataset_info.json. Steps without a stored prompt get one from the default "
-    "ConversationBuilder."
+    "ConversationBuilder. --format kto writes every step of successful and failed "
+    "trajectories tagged desirable or not; --format dpo writes chosen/rejected pairs at "
+    "states reached by both (docs/cli.md says how pairs are made)."
 )
 
 
@@ -32,9 +34,11 @@ def add_arguments(parser: Parser) -> None:
     parser.add_argument("--out", required=True, help="dataset directory (created if missing)")
     parser.add_argument(
         "--format",
-        choices=("sharegpt", "openai"),
+        choices=("sharegpt", "openai", "kto", "dpo"),
         default="sharegpt",
-        help="record format (default: %(default)s)",
+        help="record format: SFT records (sharegpt, openai) or preference records in "
+        "sharegpt form (kto: every step tagged by its trajectory's success; dpo: pairs "
+        "at shared states) (default: %(default)s)",
     )
     parser.add_argument(
         "--num-samples",
@@ -139,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{store} is not a directory (expected a trajectory storage)")
     if not TrajectoryStorage(store).files():
         raise UsageError(f"{store} holds no trajectory iteration files (iteration_*.jsonl)")
+    if args.format in ("kto", "dpo"):
+        return _run_preference(args, store)
     buffer = TrajectoryBuffer.from_storage(
         store,
         last_n_iterations=args.last_n_iterations,
@@ -187,6 +193,83 @@ def run(args: argparse.Namespace) -> int:
     else:
         where = "screenshots referenced by absolute path"
     print(f"  images:       {report.num_image_refs} references ({where})")
+    if report.rejected:
+        print(f"  rejected:     {len(report.rejected)} samples (listed in the log)")
+    return 0
+
+
+#: Options of the SFT export that do not apply to preference records, with their defaults.
+_SFT_ONLY = {
+    "num_samples": ("--num-samples", None),
+    "recency_bias_power": ("--recency-bias-power", 1.0),
+    "all": ("--all", False),
+    "keep_same_screenshot": ("--keep-same-screenshot", False),
+    "history_window": ("--history-window", 4),
+}
+
+
+def _run_preference(args: argparse.Namespace, store: Path) -> int:
+    """``--format kto|dpo``: every step of successes and failures, or pairs at shared states."""
+    from replaystore.errors import ExportError
+    from replaystore.trajectories import TrajectoryStorage
+    from replaystore.trajectories.export import export_llamafactory
+    from replaystore.trajectories.preference import (
+        dpo_pairs,
+        kto_samples,
+        preference_steps,
+        storage_trajectories,
+    )
+
+    for dest, (option, default) in _SFT_ONLY.items():
+        if getattr(args, dest) != default:
+            raise UsageError(
+                f"{option} is for SFT exports; --format {args.format} uses every step of "
+                "every trajectory, with the prompts stored at rollout"
+            )
+    trajectories = storage_trajectories(TrajectoryStorage(store), args.last_n_iterations)
+    steps = preference_steps(progress(trajectories, None, "reading", unit="trajectory"))
+    good = sum(s.success for s in steps)
+    if args.format == "kto":
+        samples = kto_samples(steps)
+        made = (
+            f"{len(steps)} steps ({good} of successful trajectories, tagged desirable; "
+            f"{len(steps) - good} of failed ones, undesirable)"
+        )
+    else:
+        samples, pairs = dpo_pairs(steps)
+        made = (
+            f"{pairs.pairs} pairs at {pairs.states_with_pairs} of {pairs.states} states "
+            f"(no pair: {pairs.only_successful} reached only by successful trajectories, "
+            f"{pairs.only_failed} only by failed ones, {pairs.same_actions} where the "
+            "failures took the successes' actions)"
+        )
+        if not samples:
+            raise ExportError(
+                f"no DPO pairs in {store}: {made}. A pair needs a successful and a failed "
+                "attempt that reached the same state (task and prompt): repeated attempts "
+                "at the same task instances make them"
+            )
+    report = export_llamafactory(
+        samples,
+        Path(args.out),
+        dataset_name=args.dataset_name,
+        kind=args.format,
+        val_ratio=args.val_ratio,
+        seed=args.seed,
+        file_format=args.file_format,
+        copy_images=args.copy_images,
+        on_error=args.on_error,
+        image_root=args.image_root,
+    )
+    print(
+        f"exported {report.num_train} train + {report.num_val} validation {args.format.upper()} "
+        f"records from {made} in {store}"
+    )
+    print(f"  records:      {report.train_file}")
+    if report.val_file is not None:
+        print(f"  validation:   {report.val_file}")
+    entries = [report.dataset_name] + ([f"{report.dataset_name}_val"] if report.val_file else [])
+    print(f"  dataset_info: {report.dataset_info_file} (entries: {', '.join(entries)})")
     if report.rejected:
         print(f"  rejected:     {len(report.rejected)} samples (listed in the log)")
     return 0

@@ -1,4 +1,5 @@
-"""Export training samples as a LLaMA-Factory dataset (ShareGPT or OpenAI-messages format).
+"""Export training samples as a LLaMA-Factory dataset (ShareGPT or OpenAI-messages format;
+SFT records, or KTO/DPO preference records: ``kind=``).
 
 Input: samples as the trajectory buffer returns them, ``{"message": [chat
 messages of the prompt], "action": "<raw model response>", ...}`` (other keys
@@ -85,6 +86,7 @@ __all__ = [
     "IMAGE_PLACEHOLDER",
     "PLACEHOLDERS",
     "ExportReport",
+    "Kind",
     "RejectedSample",
     "dataset_info_entry",
     "escape_placeholders",
@@ -106,6 +108,8 @@ PLACEHOLDERS: dict[str, str] = {
 IMAGES_DIR = "images"
 
 Format = Literal["sharegpt", "openai"]
+#: What the records train: supervised fine-tuning, or a preference stage (KTO, DPO).
+Kind = Literal["sft", "kto", "dpo"]
 _ROLE_NAMES = {
     "sharegpt": {"user": "human", "assistant": "gpt"},
     "openai": {"user": "user", "assistant": "assistant"},
@@ -398,11 +402,19 @@ def sample_to_record(
         raise ExportError(f"sample cannot be exported: {exc}") from None
 
 
-def dataset_info_entry(file_name: str, format: Format = "sharegpt") -> dict[str, Any]:
-    """The ``dataset_info.json`` entry for a file of records in ``format``."""
+def dataset_info_entry(
+    file_name: str, format: Format = "sharegpt", kind: Kind = "sft"
+) -> dict[str, Any]:
+    """The ``dataset_info.json`` entry for a file of records in ``format``.
+
+    ``kind``: ``"sft"`` (the default), ``"kto"`` (adds the ``kto_tag`` column) or
+    ``"dpo"`` (``ranking: true`` with the ``chosen``/``rejected`` columns); the
+    preference kinds are written in ``sharegpt`` format only.
+    """
     _check_format(format)
+    _check_kind(kind, format)
     if format == "sharegpt":
-        return {
+        entry: dict[str, Any] = {
             "file_name": file_name,
             "formatting": "sharegpt",
             "columns": {"messages": "conversations", "system": "system", "images": "images"},
@@ -413,6 +425,12 @@ def dataset_info_entry(file_name: str, format: Format = "sharegpt") -> dict[str,
                 "assistant_tag": "gpt",
             },
         }
+        if kind == "kto":
+            entry["columns"]["kto_tag"] = "kto_tag"
+        elif kind == "dpo":
+            entry["ranking"] = True
+            entry["columns"].update(chosen="chosen", rejected="rejected")
+        return entry
     return {
         "file_name": file_name,
         "formatting": "sharegpt",
@@ -432,6 +450,13 @@ def _check_format(fmt: str) -> None:
         raise ArgumentError(f"format must be 'sharegpt' or 'openai', got {fmt!r}")
 
 
+def _check_kind(kind: str, fmt: str) -> None:
+    if kind not in ("sft", "kto", "dpo"):
+        raise ArgumentError(f"kind must be 'sft', 'kto' or 'dpo', got {kind!r}")
+    if kind != "sft" and fmt != "sharegpt":
+        raise ArgumentError(f"{kind} datasets are written in sharegpt format, not {fmt!r}")
+
+
 def _write_records(path: Path, records: Sequence[Mapping[str, Any]], file_format: str) -> None:
     with atomic_open(path, "w") as handle:
         if file_format == "jsonl":
@@ -444,23 +469,56 @@ def _write_records(path: Path, records: Sequence[Mapping[str, Any]], file_format
 
 
 def _convert_all(
-    samples: Sequence[Mapping[str, Any]], fmt: Format, sink: _ImageSink
+    samples: Sequence[Mapping[str, Any]], fmt: Format, sink: _ImageSink, kind: Kind = "sft"
 ) -> tuple[list[dict[str, Any]], list[RejectedSample]]:
     """Records of the good samples, and the bad ones with their reasons."""
     records: list[dict[str, Any]] = []
     rejected: list[RejectedSample] = []
     for index, sample in enumerate(samples):
         try:
-            record = _to_record(sample, fmt, sink)
+            record = _to_kind_record(sample, fmt, sink, kind)
         except _RecordError as exc:
             rejected.append(RejectedSample(index, str(exc)))
             continue
-        problems = validate_record(record, fmt, sink.out_dir)
+        problems = validate_record(_as_sft(record, kind), fmt, sink.out_dir)
+        if kind == "dpo" and not record["rejected"]["value"].strip():
+            problems.append("the rejected response is empty")
         if problems:
             rejected.append(RejectedSample(index, "; ".join(problems)))
         else:
             records.append(record)
     return records, rejected
+
+
+def _to_kind_record(sample: Any, fmt: Format, sink: _ImageSink, kind: Kind) -> dict[str, Any]:
+    """An SFT record, a KTO record (plus ``kto_tag``) or a DPO record (the conversation up
+    to the last user turn, ``chosen`` and ``rejected``)."""
+    if kind == "sft":
+        return _to_record(sample, fmt, sink)
+    if not isinstance(sample, Mapping):
+        raise _RecordError(f"sample is a {type(sample).__name__}, not a mapping")
+    if kind == "kto":
+        tag = sample.get("kto_tag")
+        if not isinstance(tag, bool):
+            raise _RecordError(f"kto_tag is {tag!r}, not true or false")
+        return {**_to_record(sample, fmt, sink), "kto_tag": tag}
+    for key in ("chosen", "rejected"):
+        if not isinstance(sample.get(key), str):
+            raise _RecordError(f"{key} is {type(sample.get(key)).__name__}, not a str")
+    if sample["chosen"] == sample["rejected"]:
+        raise _RecordError("chosen and rejected are the same response")
+    record = _to_record({"message": sample.get("message"), "action": sample["chosen"]}, fmt, sink)
+    chosen = record["conversations"].pop()
+    rejected = {"from": chosen["from"], "value": escape_placeholders(sample["rejected"])}
+    return {**record, "chosen": chosen, "rejected": rejected}
+
+
+def _as_sft(record: dict[str, Any], kind: Kind) -> dict[str, Any]:
+    """The record as an SFT record, for :func:`validate_record` (a DPO record with its
+    chosen response as the final turn)."""
+    if kind != "dpo":
+        return record
+    return {**record, "conversations": [*record["conversations"], record["chosen"]]}
 
 
 def export_llamafactory(
@@ -469,6 +527,7 @@ def export_llamafactory(
     *,
     dataset_name: str = "replaystore",
     format: Format = "sharegpt",
+    kind: Kind = "sft",
     val_ratio: float = 0.0,
     seed: int | None = 0,
     shuffle: bool = True,
@@ -487,6 +546,14 @@ def export_llamafactory(
         dataset_name: entry name in ``dataset_info.json`` and file name stem.
         format: ``"sharegpt"`` (``conversations`` with from/value, ``system``
             column) or ``"openai"`` (``messages`` with role/content).
+        kind: what the records train. ``"sft"``: samples as above. ``"kto"``: each
+            sample also has ``kto_tag`` (bool: desirable or not), written beside the
+            conversation. ``"dpo"``: samples ``{"message", "chosen", "rejected"}``,
+            written as the conversation up to the last user turn with ``chosen`` and
+            ``rejected`` assistant turns (LLaMA-Factory's ``ranking`` datasets). Both
+            preference kinds need ``format="sharegpt"``;
+            :mod:`replaystore.trajectories.preference` makes their samples from a
+            storage's successes and failures.
         val_ratio: share of records for validation, in [0, 1):
             ``round(n * val_ratio)`` records, at least 1 when ``val_ratio > 0``
             and ``n >= 2``, always leaving at least one for training.
@@ -516,6 +583,7 @@ def export_llamafactory(
         ValueError: an invalid argument (``image_root`` not a directory included).
     """
     _check_format(format)
+    _check_kind(kind, format)
     if file_format not in ("json", "jsonl"):
         raise ArgumentError(f"file_format must be 'json' or 'jsonl', got {file_format!r}")
     if on_error not in ("raise", "skip"):
@@ -537,7 +605,7 @@ def export_llamafactory(
 
     sink = _ImageSink(root, copy_images, confined)
     try:
-        records, rejected = _convert_all(samples, format, sink)
+        records, rejected = _convert_all(samples, format, sink, kind)
         if rejected and on_error == "raise":
             listed = "\n".join(f"  sample {r.index}: {r.reason}" for r in rejected[:20])
             more = f"\n  ... and {len(rejected) - 20} more" if len(rejected) > 20 else ""
@@ -565,12 +633,12 @@ def export_llamafactory(
     root.mkdir(parents=True, exist_ok=True)
     train_file = root / f"{dataset_name}.{file_format}"
     _write_records(train_file, train, file_format)
-    info[dataset_name] = dataset_info_entry(train_file.name, format)
+    info[dataset_name] = dataset_info_entry(train_file.name, format, kind)
     val_file = None
     if val:
         val_file = root / f"{dataset_name}_val.{file_format}"
         _write_records(val_file, val, file_format)
-        info[f"{dataset_name}_val"] = dataset_info_entry(val_file.name, format)
+        info[f"{dataset_name}_val"] = dataset_info_entry(val_file.name, format, kind)
     else:
         info.pop(f"{dataset_name}_val", None)
     atomic_write_json(info_path, info)
