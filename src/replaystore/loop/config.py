@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ __all__ = [
     "LoopConfig",
     "default_tools_dir",
     "load_config",
+    "model_source",
     "resume_changes",
 ]
 
@@ -271,6 +273,28 @@ def _merge(defaults: Mapping[str, Any], given: Mapping[str, Any], where: str) ->
     return out
 
 
+#: A Hugging Face hub id: ``owner/name`` (letters, digits, ``-``, ``_``, ``.``).
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def model_source(value: str, base_dir: Path) -> Path | str:
+    """``model.path``: a local directory, else a Hugging Face hub id.
+
+    An absolute path (``~`` expanded) is a directory. A relative one is a directory
+    relative to ``base_dir`` (the config file's) when something exists there; otherwise a
+    value shaped like a hub id (``Qwen/Qwen2.5-0.5B-Instruct``: one ``/``, no leading
+    ``.``) is a hub id, returned unchanged for LLaMA-Factory and vLLM to download, and any
+    other value is the directory it would be (whose absence the loop reports).
+    """
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    local = base_dir / path
+    if local.exists() or not _HUB_ID.fullmatch(value):
+        return local
+    return value
+
+
 @dataclass(slots=True)
 class LoopConfig:
     """A checked loop configuration (``data`` holds every key of :data:`DEFAULTS`).
@@ -307,6 +331,13 @@ class LoopConfig:
         path = Path(value).expanduser()
         return path if path.is_absolute() else self.base_dir / path
 
+    def model_source(self) -> Path | str | None:
+        """``model.path`` as the loop uses it: a local directory (absolute; a relative one
+        from :attr:`base_dir`), a Hugging Face hub id passed on unchanged, or None (the
+        tiny model). See :func:`model_source`."""
+        value = self.data["model"]["path"]
+        return None if value is None else model_source(value, self.base_dir)
+
     def resolved(self) -> dict[str, Any]:
         """A copy of :attr:`data` with the :data:`PATH_KEYS` made absolute.
 
@@ -321,7 +352,10 @@ class LoopConfig:
             for name in parents:
                 section = section[name]
             value = section[key]
-            if isinstance(value, str) and not any(
+            if dotted == "model.path" and isinstance(value, str):
+                source = model_source(value, self.base_dir)
+                section[key] = source if isinstance(source, str) else os.path.normpath(source)
+            elif isinstance(value, str) and not any(
                 value == w or (w.endswith(":") and value.startswith(w)) for w in words
             ):
                 section[key] = os.path.normpath(self.path(value))

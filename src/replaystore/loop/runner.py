@@ -64,6 +64,7 @@ from .tools import (
     LoopStageError,
     ToolPaths,
     VllmServer,
+    check_hub_model,
     checkpoint_weights,
     find_tools,
     make_tiny_model,
@@ -125,14 +126,15 @@ class LoopRunner:
         self.marker: str | None = None
         self.experiment: Any = None
         #: The model the server serves now (None: nothing served).
-        self.serving: Path | None = None
+        self.serving: Path | str | None = None
         #: The MiniWoB++ pages' URL while a MiniWoB++ run runs.
         self.miniwob_url: str | None = None
 
     # ------------------------------------------------------------------ paths
 
-    def rel(self, path: Path | None) -> str | None:
-        """``path`` relative to the run directory (the journal stays valid after a move)."""
+    def rel(self, path: Path | str | None) -> str | None:
+        """``path`` relative to the run directory (the journal stays valid after a move); a
+        hub id as it is."""
         if path is None:
             return None
         try:
@@ -164,12 +166,13 @@ class LoopRunner:
         return self.storage_root / "screenshots"
 
     @property
-    def initial_model(self) -> Path:
-        """The model iteration 0 trains (``model.path``, else the tiny model of this run)."""
-        path = self.config["model"]["path"]
-        return self.config.path(path) if path is not None else self.out / "model"
+    def initial_model(self) -> Path | str:
+        """The model iteration 0 trains: ``model.path`` (a directory, or a hub id passed on
+        unchanged), else the tiny model of this run."""
+        source = self.config.model_source()
+        return source if source is not None else self.out / "model"
 
-    def acting_checkpoint(self, k: int) -> Path:
+    def acting_checkpoint(self, k: int) -> Path | str:
         """The model acting in iteration ``k`` (``train.init: previous`` starts from it)."""
         return self.initial_model if k == 0 else self.checkpoint_dir(k - 1)
 
@@ -216,6 +219,9 @@ class LoopRunner:
 
     def _run(self, n: int) -> dict[str, Any]:
         cfg = self.config
+        source = cfg.model_source()
+        if isinstance(source, str):  # a hub id: cached or reachable, before anything runs
+            check_hub_model(source)
         self.journal = Journal.open(self.out, resume=self.resume, config=cfg)
         needs_model = n > 1 or not cfg.uses_demonstrations or cfg["train"]["final"]
         self.tools = find_tools(
@@ -466,7 +472,7 @@ class LoopRunner:
 
         return TrajectoryStorage(self.storage_root)
 
-    def _stage_rollout(self, k: int, tasks: list[Any], acting: Path | None) -> None:
+    def _stage_rollout(self, k: int, tasks: list[Any], acting: Path | str | None) -> None:
         """Roll out (or import) iteration ``k``'s trajectories into one iteration file.
 
         Demonstrations may be rolled out ``bootstrap.repeats`` times (one rank file
@@ -579,12 +585,13 @@ class LoopRunner:
         )
         self.report(f"iteration {k}: {len(trajectories)} demonstrations imported from {source}")
 
-    def _serve(self, k: int, model: Path, *, stage: str) -> str:
-        """Serve ``model``; the base URL. Records the ``serve`` stage of iteration ``k``."""
+    def _serve(self, k: int, model: Path | str, *, stage: str) -> str:
+        """Serve ``model`` (a directory, or a hub id vLLM downloads); the base URL. Records
+        the ``serve`` stage of iteration ``k``."""
         assert self.journal is not None and self.tools is not None
         cfg = self.config
         s = cfg["serve"]
-        if not checkpoint_weights(model):
+        if isinstance(model, Path) and not checkpoint_weights(model):
             raise LoopStageError(f"{stage}: {model} holds no model weights")
         if self.server is None:
             if s["base_url"] is not None:
@@ -731,7 +738,7 @@ class LoopRunner:
         storage: Any,
         number: int,
         tasks: list[Any],
-        acting: Path | None,
+        acting: Path | str | None,
         *,
         stage: str,
         k: int,
@@ -766,7 +773,7 @@ class LoopRunner:
         file = next(f for f in storage.files() if f.iteration == number)
         return storage.read_file(file)
 
-    def _stage_heldout(self, k: int, acting: Path | None) -> None:
+    def _stage_heldout(self, k: int, acting: Path | str | None) -> None:
         """Iteration ``k``'s acting policy on the held-out MiniWoB++ set, greedy; stored in
         ``heldout/storage`` (never trained on), success per task in the journal."""
         assert self.journal is not None

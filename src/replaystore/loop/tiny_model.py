@@ -408,9 +408,7 @@ def pretrain(
         for kind, name in enumerate(("find the id", "copy the quote", "copy then find")):
             # One right-padded batch per kind: with causal attention and the padding masked,
             # a row's logits are those it has alone.
-            rows = [
-                _encode(tokenizer, *synthetic_example(check, kind, words)) for _ in range(300)
-            ]
+            rows = [_encode(tokenizer, *synthetic_example(check, kind, words)) for _ in range(300)]
             width = max(len(ids) for ids, _ in rows)
             input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
             target = torch.full((len(rows), width), -100, dtype=torch.long)

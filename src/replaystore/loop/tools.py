@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import shlex
 import socket
 import time
@@ -37,9 +38,11 @@ __all__ = [
     "ToolsMissingError",
     "TrainResult",
     "VllmServer",
+    "check_hub_model",
     "checkpoint_weights",
     "find_tools",
     "free_port",
+    "hf_hub_cache",
     "make_tiny_model",
     "read_losses",
     "run_training",
@@ -414,6 +417,64 @@ def read_losses(trainer_log: Path) -> list[float]:
         if isinstance(loss, int | float) and math.isfinite(loss):
             losses.append(float(loss))
     return losses
+
+
+def hf_hub_cache(env: Mapping[str, str] | None = None) -> Path:
+    """Where LLaMA-Factory and vLLM (through ``huggingface_hub``) keep downloaded models:
+    ``HF_HUB_CACHE``, else ``HF_HOME/hub``, else ``~/.cache/huggingface/hub``."""
+    env = os.environ if env is None else env
+    if env.get("HF_HUB_CACHE"):
+        return Path(env["HF_HUB_CACHE"]).expanduser()
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]).expanduser() / "hub"
+    return Path.home() / ".cache" / "huggingface" / "hub"
+
+
+def check_hub_model(
+    model_id: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    endpoint: str = "https://huggingface.co",
+    timeout_s: float = 5.0,
+) -> str:
+    """Check that the tools can get the hub model ``model_id``; how (``"cached"`` or
+    ``"hub"``).
+
+    Cached: a snapshot with a ``config.json`` in :func:`hf_hub_cache`. Otherwise the hub
+    must answer for it (``HF_ENDPOINT`` or ``endpoint``; one request), unless
+    ``HF_HUB_OFFLINE`` is set.
+
+    Raises:
+        ConfigError: not cached and offline (``HF_HUB_OFFLINE``), the hub unreachable, or
+            the hub not knowing the id; one line naming the id and the cache.
+    """
+    env = os.environ if env is None else env
+    cache = hf_hub_cache(env)
+    snapshots = cache / ("models--" + model_id.replace("/", "--")) / "snapshots"
+    if snapshots.is_dir() and any(p.is_file() for p in snapshots.glob("*/config.json")):
+        return "cached"
+    where = f"model.path {model_id!r} is a Hugging Face hub id that is not in the cache ({cache})"
+    if env.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise ConfigError(
+            f"{where} and HF_HUB_OFFLINE is set: download it once with network, or point "
+            "model.path at a local directory"
+        )
+    url = f"{env.get('HF_ENDPOINT') or endpoint}/api/models/{model_id}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s):
+            return "hub"
+    except urllib.error.HTTPError as exc:
+        raise ConfigError(
+            f"{where}, and the hub answers HTTP {exc.code} for it: check the id (and a "
+            "token, HF_TOKEN, for a gated model)"
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConfigError(
+            f"{where}, and the hub cannot be reached ({reason}): run with network once, "
+            "set HF_HUB_CACHE to a cache that holds it, or point model.path at a local "
+            "directory (HF_HUB_OFFLINE=1 says so without trying the network)"
+        ) from None
 
 
 def checkpoint_weights(directory: Path) -> list[Path]:
