@@ -24,6 +24,7 @@ __all__ = [
     "PATH_KEYS",
     "RESUMABLE_KEYS",
     "TOOLS_ENV_VAR",
+    "TRAIN_STAGES",
     "LoopConfig",
     "default_tools_dir",
     "load_config",
@@ -129,6 +130,11 @@ DEFAULTS: dict[str, Any] = {
         # "previous": each iteration fine-tunes the checkpoint that acted;
         # "base": each iteration trains model.path afresh on the buffer.
         "init": "previous",
+        # What each iteration trains: "sft" (the buffer's successful steps), "kto" (every
+        # step, tagged by its trajectory's success) or "dpo" (pairs at shared states); a
+        # list gives iteration k the k-th entry (the last one from then on), e.g.
+        # [sft, kto]: SFT on the demonstrations, then KTO on the rollouts.
+        "stage": "sft",
         # Train after the last iteration's rollouts too (false: the last iteration
         # only measures the model it served).
         "final": True,
@@ -154,6 +160,11 @@ DEFAULTS: dict[str, Any] = {
     },
     "policy": {"temperature": 0.0, "max_tokens": 96, "timeout_s": 30.0, "max_retries": 2},
 }
+
+
+#: What an iteration can train (``train.stage``): supervised fine-tuning on successful
+#: steps, or a preference stage on successes and failures (LLaMA-Factory's ``kto``, ``dpo``).
+TRAIN_STAGES = ("sft", "kto", "dpo")
 
 
 #: Keys whose value is a path, relative to the config file's directory, with the words
@@ -331,6 +342,12 @@ class LoopConfig:
         path = Path(value).expanduser()
         return path if path.is_absolute() else self.base_dir / path
 
+    def train_stage(self, k: int) -> str:
+        """What iteration ``k`` trains (``train.stage``: one value, or the k-th entry of a
+        list, its last entry from then on)."""
+        stage = self.data["train"]["stage"]
+        return stage if isinstance(stage, str) else str(stage[min(k, len(stage) - 1)])
+
     def model_source(self) -> Path | str | None:
         """``model.path`` as the loop uses it: a local directory (absolute; a relative one
         from :attr:`base_dir`), a Hugging Face hub id passed on unchanged, or None (the
@@ -458,6 +475,12 @@ class LoopConfig:
             raise ConfigError(f"buffer.val_ratio must be in [0, 1), got {ratio!r}")
         t = d["train"]
         _choice(t, "init", ("previous", "base"), "train.")
+        stages = t["stage"] if isinstance(t["stage"], list) else [t["stage"]]
+        if not stages or any(v not in TRAIN_STAGES for v in stages):
+            raise ConfigError(
+                "train.stage must be one of sft, kto, dpo or a non-empty list of them, "
+                f"got {t['stage']!r}"
+            )
         if not isinstance(t["final"], bool):
             raise ConfigError(f"train.final must be true or false, got {t['final']!r}")
         for key in ("filter_successful_only", "filter_same_screenshot"):

@@ -379,6 +379,15 @@ class LoopRunner:
         if not last or cfg["train"]["final"]:
             if has_data:
                 self._stage_train(k)
+            elif not self.journal.done(k, "train") and cfg.train_stage(k) != "sft":
+                facts = record["stages"].get("buffer", {})
+                raise LoopStageError(
+                    f"train (iteration {k}): nothing to train {cfg.train_stage(k)} on "
+                    f"({facts.get('steps', 0)} steps, {facts.get('desirable', 0)} of them "
+                    f"successful; DPO pairs: {facts.get('pairs')}); a DPO pair needs a "
+                    "success and a failure at the same state: repeat attempts "
+                    "(bootstrap.repeats, policy.temperature > 0) or train kto"
+                )
             elif not self.journal.done(k, "train"):
                 raise LoopStageError(
                     f"train (iteration {k}): no successful trajectory to train on yet "
@@ -811,6 +820,8 @@ class LoopRunner:
 
         cfg = self.config
         b = cfg["buffer"]
+        if cfg.train_stage(k) != "sft":
+            return self._stage_export_preference(k)
         started = _now()
         buffer = TrajectoryBuffer.from_storage(
             self.storage_root,
@@ -864,6 +875,76 @@ class LoopRunner:
         )
         self.report(
             f"iteration {k}: buffer {len(samples)} training steps drawn; exported "
+            f"{report.num_train} records to {self.rel(target)}"
+        )
+        return report.num_train > 0
+
+    def _stage_export_preference(self, k: int) -> bool:
+        """``train.stage: kto|dpo``: the preference records of the buffer's iterations
+        (``buffer.last_n_iterations``), successes and failures; False when there is
+        nothing to train on (no step, or no DPO pair: the counts go to the journal)."""
+        assert self.journal is not None
+        from replaystore.trajectories import TrajectoryStorage
+        from replaystore.trajectories.export import export_llamafactory
+        from replaystore.trajectories.preference import (
+            dpo_pairs,
+            kto_samples,
+            preference_steps,
+            storage_trajectories,
+        )
+
+        cfg = self.config
+        b = cfg["buffer"]
+        kind = cfg.train_stage(k)
+        started = _now()
+        trajectories = storage_trajectories(
+            TrajectoryStorage(self.storage_root), b["last_n_iterations"]
+        )
+        steps = preference_steps(trajectories)
+        desirable = sum(step.success for step in steps)
+        facts: dict[str, Any] = {"steps": len(steps), "desirable": desirable}
+        if kind == "kto":
+            samples = kto_samples(steps)
+        else:
+            samples, pairs = dpo_pairs(steps)
+            facts["pairs"] = pairs.as_dict()
+        self.journal.finish(k, "buffer", seconds=_now() - started, **facts)
+        target = self.iteration_dir(k) / "dataset"
+        if not samples:
+            self.journal.finish(k, "export", seconds=0.0, num_train=0, dataset=None, kind=kind)
+            return False
+        partial = target.with_name("dataset.partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.rmtree(target, ignore_errors=True)
+        started = _now()
+        report = export_llamafactory(
+            samples,
+            partial,
+            dataset_name=DATASET_NAME,
+            kind=kind,  # type: ignore[arg-type]
+            val_ratio=b["val_ratio"],
+            seed=cfg["seed"] + k,
+            copy_images=cfg["observation"] == "screenshot",
+            image_root=self.out if cfg["observation"] == "screenshot" else None,
+        )
+        os.replace(partial, target)
+        self.journal.finish(
+            k,
+            "export",
+            seconds=_now() - started,
+            num_train=report.num_train,
+            num_val=report.num_val,
+            images=report.num_image_refs,
+            dataset=self.rel(target),
+            kind=kind,
+        )
+        made = (
+            f"{len(steps)} steps ({desirable} desirable)"
+            if kind == "kto"
+            else f"{len(samples)} pairs from {len(steps)} steps"
+        )
+        self.report(
+            f"iteration {k}: {kind.upper()} records from {made}; exported "
             f"{report.num_train} records to {self.rel(target)}"
         )
         return report.num_train > 0
@@ -969,6 +1050,7 @@ class LoopRunner:
                 "train",
                 seconds=0.0,
                 recovered=True,
+                kind=cfg.train_stage(k),
                 steps=len(losses),
                 loss_first=losses[0] if losses else None,
                 loss_last=losses[-1] if losses else None,
@@ -995,9 +1077,24 @@ class LoopRunner:
         )
         if f"{DATASET_NAME}_val" in info and "eval_dataset" not in arguments:
             arguments["eval_dataset"] = f"{DATASET_NAME}_val"
+        kind = cfg.train_stage(k)
+        if kind != "sft":
+            # LLaMA-Factory's preference stages: the reference model is the one training
+            # starts from (its default, a frozen copy); beta 0.1 is TRL's and LLaMA-Factory's
+            # example value. train.overrides may set pref_beta and the other pref_ keys.
+            # mask_history is SFT's (LLaMA-Factory refuses it for other stages); a
+            # preference record's response is its final reply already.
+            arguments["stage"] = kind
+            arguments.pop("mask_history", None)
+            arguments.setdefault("pref_beta", 0.1)
+            if kind == "dpo":
+                arguments.setdefault("pref_loss", "sigmoid")
         log = self.out / "logs" / f"train-{k:03d}.log"
         stage = f"train (iteration {k})"
-        self.report(f"iteration {k}: training from {self.rel(start_from)} (log {self.rel(log)})")
+        self.report(
+            f"iteration {k}: training ({cfg.train_stage(k)}) from {self.rel(start_from)} "
+            f"(log {self.rel(log)})"
+        )
         result = run_training(
             self.tools.train_command,
             arguments,
@@ -1020,6 +1117,7 @@ class LoopRunner:
             checkpoint=self.rel(output),
             started_from=self.rel(start_from),
             log=self.rel(log),
+            kind=kind,
         )
         loss = (
             f"loss {result.loss_first:.3f} -> {result.loss_last:.3f}"
@@ -1065,6 +1163,7 @@ class LoopRunner:
                     if train.get("done")
                     else None,
                     "trained_checkpoint": train.get("checkpoint"),
+                    "train_stage": train.get("kind", "sft") if train.get("done") else None,
                     "train_seeds": sample.get("seeds"),
                     "eval": {
                         "tasks": {n: r["success_rate"] for n, r in heldout["tasks"].items()},
