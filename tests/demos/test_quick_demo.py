@@ -183,7 +183,9 @@ def test_output_says_the_policy_is_scripted_and_no_model_is_trained(
 def test_every_step_is_a_real_screenshot_of_the_page(demo: tuple[Path, list[str]]) -> None:
     out, _ = demo
     trajectories = TrajectoryStorage(out / "storage").load_all()
-    assert len(trajectories) == 30
+    quick = DemoConfig.quick()
+    assert quick.tasks_per_iteration is not None
+    assert len(trajectories) == quick.iterations * quick.tasks_per_iteration  # 3 x 6
     for trajectory in trajectories:
         paths = [step["observation"].image_path for step in trajectory]
         assert len(set(paths)) == len(paths)  # one PNG per step
