@@ -51,7 +51,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from replaystore.atomic import atomic_write_json, atomic_write_text
 from replaystore.errors import ConfigError
@@ -73,6 +73,9 @@ from .tools import (
     template_text,
     training_arguments,
 )
+
+if TYPE_CHECKING:
+    from replaystore.trajectories.export import Kind
 
 __all__ = ["LoopInterrupted", "LoopRunner", "run_loop"]
 
@@ -381,12 +384,19 @@ class LoopRunner:
                 self._stage_train(k)
             elif not self.journal.done(k, "train") and cfg.train_stage(k) != "sft":
                 facts = record["stages"].get("buffer", {})
+                counted = (
+                    f"{facts.get('steps', 0)} steps, {facts.get('desirable', 0)} of them successful"
+                )
+                if cfg.train_stage(k) == "kto":
+                    raise LoopStageError(
+                        f"train (iteration {k}): nothing to train kto on ({counted}): the "
+                        "buffer's iterations hold no model step with a stored prompt"
+                    )
                 raise LoopStageError(
-                    f"train (iteration {k}): nothing to train {cfg.train_stage(k)} on "
-                    f"({facts.get('steps', 0)} steps, {facts.get('desirable', 0)} of them "
-                    f"successful; DPO pairs: {facts.get('pairs')}); a DPO pair needs a "
-                    "success and a failure at the same state: repeat attempts "
-                    "(bootstrap.repeats, policy.temperature > 0) or train kto"
+                    f"train (iteration {k}): nothing to train dpo on ({counted}; pairs: "
+                    f"{facts.get('pairs')}); a DPO pair needs a success and a failure at "
+                    "the same state: repeat attempts (bootstrap.repeats, "
+                    "policy.temperature > 0) or train kto"
                 )
             elif not self.journal.done(k, "train"):
                 raise LoopStageError(
@@ -921,7 +931,7 @@ class LoopRunner:
             samples,
             partial,
             dataset_name=DATASET_NAME,
-            kind=kind,  # type: ignore[arg-type]
+            kind=cast("Kind", kind),
             val_ratio=b["val_ratio"],
             seed=cfg["seed"] + k,
             copy_images=cfg["observation"] == "screenshot",
