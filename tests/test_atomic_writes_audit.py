@@ -47,7 +47,7 @@ EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("loop/runner.py", "LoopRunner._run_lock", "open(w)"): (
         "the run directory's lock file: flock'd, holds the pid for the error message only"
     ),
-    ("loop/runner.py", "LoopRunner._stage_export", "os.replace"): (
+    ("loop/runner.py", "LoopRunner._write_dataset", "os.replace"): (
         "renames the complete dataset.partial directory into place: the directory's commit"
     ),
     ("loop/runner.py", "LoopRunner._stage_model", "os.replace"): (

@@ -49,7 +49,7 @@ import shutil
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -826,7 +826,6 @@ class LoopRunner:
         if done:
             return bool(done.get("num_train"))
         from replaystore.trajectories import TrajectoryBuffer
-        from replaystore.trajectories.export import export_llamafactory
 
         cfg = self.config
         b = cfg["buffer"]
@@ -855,39 +854,13 @@ class LoopRunner:
             eligible=int(buffer.num_eligible),
             drawn=len(samples),
         )
-        target = self.iteration_dir(k) / "dataset"
-        if len(samples) == 0:
-            self.journal.finish(k, "export", seconds=0.0, num_train=0, dataset=None)
-            return False
-        partial = target.with_name("dataset.partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        shutil.rmtree(target, ignore_errors=True)
-        started = _now()
-        report = export_llamafactory(
-            samples,
-            partial,
-            dataset_name=DATASET_NAME,
-            format="sharegpt",
-            val_ratio=b["val_ratio"],
-            seed=cfg["seed"] + k,
-            copy_images=cfg["observation"] == "screenshot",
-            image_root=self.out if cfg["observation"] == "screenshot" else None,
-        )
-        os.replace(partial, target)
-        self.journal.finish(
-            k,
-            "export",
-            seconds=_now() - started,
-            num_train=report.num_train,
-            num_val=report.num_val,
-            images=report.num_image_refs,
-            dataset=self.rel(target),
-        )
-        self.report(
-            f"iteration {k}: buffer {len(samples)} training steps drawn; exported "
-            f"{report.num_train} records to {self.rel(target)}"
-        )
-        return report.num_train > 0
+        report = self._write_dataset(k, samples, "sft")
+        if report is not None:
+            self.report(
+                f"iteration {k}: buffer {len(samples)} training steps drawn; exported "
+                f"{report.num_train} records to {self.rel(self.iteration_dir(k) / 'dataset')}"
+            )
+        return report is not None and report.num_train > 0
 
     def _stage_export_preference(self, k: int) -> bool:
         """``train.stage: kto|dpo``: the preference records of the buffer's iterations
@@ -895,7 +868,6 @@ class LoopRunner:
         nothing to train on (no step, or no DPO pair: the counts go to the journal)."""
         assert self.journal is not None
         from replaystore.trajectories import TrajectoryStorage
-        from replaystore.trajectories.export import export_llamafactory
         from replaystore.trajectories.preference import (
             dpo_pairs,
             kto_samples,
@@ -919,23 +891,46 @@ class LoopRunner:
             samples, pairs = dpo_pairs(steps)
             facts["pairs"] = pairs.as_dict()
         self.journal.finish(k, "buffer", seconds=_now() - started, **facts)
+        report = self._write_dataset(k, samples, kind)
+        if report is None:
+            return False
+        made = (
+            f"{len(steps)} steps ({desirable} desirable)"
+            if kind == "kto"
+            else f"{len(samples)} pairs from {len(steps)} steps"
+        )
+        self.report(
+            f"iteration {k}: {kind.upper()} records from {made}; exported "
+            f"{report.num_train} records to {self.rel(self.iteration_dir(k) / 'dataset')}"
+        )
+        return report.num_train > 0
+
+    def _write_dataset(self, k: int, samples: Sequence[Any], kind: str) -> Any:
+        """Iteration ``k``'s dataset directory from ``samples`` (``kind``: sft, kto, dpo),
+        written as ``dataset.partial`` and renamed into place; its export report, or None
+        (and an empty ``export`` stage) when there is no sample."""
+        assert self.journal is not None
+        from replaystore.trajectories.export import export_llamafactory
+
+        cfg = self.config
         target = self.iteration_dir(k) / "dataset"
         if not samples:
             self.journal.finish(k, "export", seconds=0.0, num_train=0, dataset=None, kind=kind)
-            return False
+            return None
         partial = target.with_name("dataset.partial")
         shutil.rmtree(partial, ignore_errors=True)
         shutil.rmtree(target, ignore_errors=True)
         started = _now()
+        screenshots = cfg["observation"] == "screenshot"
         report = export_llamafactory(
             samples,
             partial,
             dataset_name=DATASET_NAME,
             kind=cast("Kind", kind),
-            val_ratio=b["val_ratio"],
+            val_ratio=cfg["buffer"]["val_ratio"],
             seed=cfg["seed"] + k,
-            copy_images=cfg["observation"] == "screenshot",
-            image_root=self.out if cfg["observation"] == "screenshot" else None,
+            copy_images=screenshots,
+            image_root=self.out if screenshots else None,
         )
         os.replace(partial, target)
         self.journal.finish(
@@ -948,16 +943,7 @@ class LoopRunner:
             dataset=self.rel(target),
             kind=kind,
         )
-        made = (
-            f"{len(steps)} steps ({desirable} desirable)"
-            if kind == "kto"
-            else f"{len(samples)} pairs from {len(steps)} steps"
-        )
-        self.report(
-            f"iteration {k}: {kind.upper()} records from {made}; exported "
-            f"{report.num_train} records to {self.rel(target)}"
-        )
-        return report.num_train > 0
+        return report
 
     def _stage_model(self, k: int, corpus: list[Path]) -> None:
         assert self.journal is not None and self.tools is not None
