@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from replaystore.cli._common import (
     Parser,
@@ -183,11 +184,7 @@ def run(args: argparse.Namespace) -> int:
         f"({args.format}) from {len(samples)} of {pool} {what} "
         f"({stats.samples} steps, {stats.trajectories} trajectories in {store})"
     )
-    print(f"  records:      {report.train_file}")
-    if report.val_file is not None:
-        print(f"  validation:   {report.val_file}")
-    entries = [report.dataset_name] + ([f"{report.dataset_name}_val"] if report.val_file else [])
-    print(f"  dataset_info: {report.dataset_info_file} (entries: {', '.join(entries)})")
+    _print_files(report)
     if args.copy_images or report.images_written:
         where = f"{report.images_written} new files in {report.out_dir / 'images'}"
     else:
@@ -265,11 +262,16 @@ def _run_preference(args: argparse.Namespace, store: Path) -> int:
         f"exported {report.num_train} train + {report.num_val} validation {args.format.upper()} "
         f"records from {made} in {store}"
     )
+    _print_files(report)
+    if report.rejected:
+        print(f"  rejected:     {len(report.rejected)} samples (listed in the log)")
+    return 0
+
+
+def _print_files(report: Any) -> None:
+    """The lines naming an export's record files and its ``dataset_info.json`` entries."""
     print(f"  records:      {report.train_file}")
     if report.val_file is not None:
         print(f"  validation:   {report.val_file}")
     entries = [report.dataset_name] + ([f"{report.dataset_name}_val"] if report.val_file else [])
     print(f"  dataset_info: {report.dataset_info_file} (entries: {', '.join(entries)})")
-    if report.rejected:
-        print(f"  rejected:     {len(report.rejected)} samples (listed in the log)")
-    return 0
