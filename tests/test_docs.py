@@ -21,17 +21,27 @@ Markers are HTML comments, which GitHub and MkDocs both leave out of the rendere
 * Blocks between ``<!-- ci:... -->`` markers are the install commands ``.ci/run`` executes;
   they are skipped here with that reason.
 
-When an item runs without the items before it (``-k``, ``pytest-xdist`` sending items of one
-file to several workers), the missing earlier blocks of its file run first in that process.
+The blocks of one file are one ``pytest-xdist`` group (``xdist_group``; ``--dist loadgroup``
+is in the project's pytest options), so one worker runs a page top to bottom. When an item
+runs without the items before it all the same (``-k``), the missing earlier blocks of its
+file run first in that process.
+
+``replaystore demo`` commands are seeded and write only under their ``--out`` folder; the
+same command (README.md and docs/cli.md both run the quick trajectories demo) runs once per
+test session, under a lock shared by the workers, and a page that runs it again gets a copy
+of what it wrote (``_run_demo_once``): the command is run, once, not skipped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import io
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import types
@@ -209,6 +219,39 @@ def _run_python(block: Block, namespace: dict[str, Any]) -> None:
     exec(compile(source, str(block.path), "exec"), namespace)
 
 
+#: Where ``replaystore demo`` outputs are kept for the session (set by ``test_doc_block``:
+#: a folder every xdist worker of this session sees).
+_DEMO_CACHE: list[Path] = []
+
+
+def _run_demo_once(argv: list[str], run: Any) -> int:
+    """Run ``argv`` (a ``replaystore demo`` command) in the working directory, or, when the
+    same command already ran in this session (in any worker), copy what it wrote here.
+
+    The first run's new top-level entries of the working directory are kept under the
+    session's cache; its exit status is returned either way (a failed run is not kept, so
+    the next page runs the command again and fails on its own)."""
+    root = _DEMO_CACHE[0]
+    root.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(shlex.join(argv).encode()).hexdigest()[:16]
+    kept = root / key
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the other workers wait for the first run
+        if (kept / "done").exists():
+            for entry in (kept / "files").iterdir():
+                shutil.copytree(entry, Path.cwd() / entry.name)
+            return 0
+        before = set(os.listdir("."))
+        status = run()
+        if status == 0:
+            shutil.rmtree(kept, ignore_errors=True)
+            (kept / "files").mkdir(parents=True)
+            for name in sorted(set(os.listdir(".")) - before):
+                shutil.copytree(name, kept / "files" / name)
+            (kept / "done").write_text(shlex.join(argv))
+        return status
+
+
 def _run_cli(block: Block) -> None:
     from replaystore.cli import main
 
@@ -219,7 +262,10 @@ def _run_cli(block: Block) -> None:
             )
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            status = main(argv[1:])
+            if argv[1:2] == ["demo"] and block.exit_status == 0:
+                status = _run_demo_once(argv, lambda argv=argv: main(argv[1:]))
+            else:
+                status = main(argv[1:])
         if status != block.exit_status:
             raise AssertionError(
                 f"{block.id}: `{shlex.join(argv)}` exited {status}, "
@@ -235,8 +281,20 @@ def _run(block: Block) -> None:
         _run_cli(block)
 
 
-@pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
+@pytest.mark.parametrize(
+    "block",
+    [
+        pytest.param(b, marks=pytest.mark.xdist_group(f"docs:{b.path.relative_to(ROOT)}"))
+        for b in RUNNABLE
+    ],
+    ids=[b.id for b in RUNNABLE],
+)
 def test_doc_block(block: Block, tmp_path_factory: pytest.TempPathFactory) -> None:
+    if not _DEMO_CACHE:
+        base = tmp_path_factory.getbasetemp()
+        _DEMO_CACHE.append(
+            (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "docs-demo-outputs"
+        )
     if block.action == "skip":
         pytest.skip(f"not run: {block.reason}")
     blocks = [b for b in RUNNABLE if b.path == block.path]
