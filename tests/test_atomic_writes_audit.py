@@ -56,6 +56,13 @@ EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("loop/runner.py", "LoopRunner._stage_train", "os.replace"): (
         "renames the checkpoint's complete .partial directory into place (weights checked)"
     ),
+    ("loop/tools.py", "merge_adapter", "os.replace"): (
+        "renames the merged model's complete .partial directory into place (weights checked)"
+    ),
+    ("loop/tools.py", "_append", "open(w)"): (
+        "adds the adapter requests and the server's answers to the server's log, for people "
+        "to read; never read back as data"
+    ),
     ("loop/tiny_model.py", "_atomic_write_text", "open(w)"): (
         "atomic.py's temp file + fsync + rename, written out: the script runs in the "
         "LLaMA-Factory environment, where replaystore is not installed"

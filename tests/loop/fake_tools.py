@@ -7,10 +7,15 @@ environment's interpreter. They do what the loop relies on, in milliseconds:
 
 * ``llamafactory-cli train YAML`` writes a checkpoint (``config.json``,
   ``model.safetensors``, a 3-line ``trainer_log.jsonl`` with decreasing loss) into
-  the YAML's ``output_dir``;
+  the YAML's ``output_dir``; with ``finetuning_type: lora`` an adapter instead
+  (``adapter_config.json``, ``adapter_model.safetensors``);
+* ``llamafactory-cli export YAML`` writes a merged model into ``export_dir``;
 * ``vllm/bin/python -m vllm.entrypoints.openai.api_server ...`` serves
   ``GET /v1/models`` and ``POST /v1/chat/completions``, answering each task with
-  its reference answer (tasks from the JSONL file named by ``FAKE_TASKS``).
+  its reference answer (tasks from the JSONL file named by ``FAKE_TASKS``), and, when
+  started with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` as vLLM
+  requires, ``POST /v1/load_lora_adapter`` and ``/v1/unload_lora_adapter`` (a loaded
+  adapter is listed by ``/v1/models`` and answers chat requests under its name).
 
 Every call appends JSON lines to ``<root>/calls.jsonl``: ``{"tool": "train",
 "event": "start", ...}`` when a training starts and ``{"tool": "train", "event":
@@ -45,14 +50,28 @@ _TRAIN = """
 import yaml
 
 
+def export(args):
+    output = Path(args["export_dir"])
+    record(tool="export", model=args["model_name_or_path"],
+           adapter=args.get("adapter_name_or_path"), export_dir=str(output))
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "config.json").write_text(json.dumps({{"model_type": "fake"}}))
+    (output / "model.safetensors").write_bytes(b"fake merged weights")
+    return 0
+
+
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] != "train":
-        print("usage: llamafactory-cli train YAML", file=sys.stderr)
+    if len(sys.argv) != 3 or sys.argv[1] not in ("train", "export"):
+        print("usage: llamafactory-cli train|export YAML", file=sys.stderr)
         return 2
     args = yaml.safe_load(Path(sys.argv[2]).read_text(encoding="utf-8"))
+    if sys.argv[1] == "export":
+        return export(args)
     output = Path(args["output_dir"])
     model = args["model_name_or_path"]
-    record(tool="train", event="start", output_dir=str(output), model=model)
+    record(tool="train", event="start", output_dir=str(output), model=model,
+           adapter=args.get("adapter_name_or_path"),
+           finetuning_type=args.get("finetuning_type"))
     print(f"fake llamafactory-cli: training {{model}} into {{output}}", flush=True)
     time.sleep(float(os.environ.get("FAKE_TRAIN_SLEEP") or 0))
     code = int(os.environ.get("FAKE_TRAIN_EXIT") or 0)
@@ -60,9 +79,13 @@ def main():
         print(f"fake llamafactory-cli: failing with status {{code}} as asked", flush=True)
         return code
     output.mkdir(parents=True, exist_ok=True)
-    if os.environ.get("FAKE_TRAIN_NO_WEIGHTS") != "1":
+    if os.environ.get("FAKE_TRAIN_NO_WEIGHTS") != "1" and args.get("finetuning_type") == "lora":
+        (output / "adapter_config.json").write_text(json.dumps({{"r": args.get("lora_rank", 8)}}))
+        (output / "adapter_model.safetensors").write_bytes(b"fake adapter")
+    elif os.environ.get("FAKE_TRAIN_NO_WEIGHTS") != "1":
         (output / "config.json").write_text(json.dumps({{"model_type": "fake"}}))
         (output / "model.safetensors").write_bytes(b"fake weights")
+    if os.environ.get("FAKE_TRAIN_NO_WEIGHTS") != "1":
         with open(output / "trainer_log.jsonl", "w", encoding="utf-8") as log:
             for step, loss in enumerate((2.0, 1.5, 1.0), start=1):
                 log.write(json.dumps({{"current_steps": step, "loss": loss}}) + "\\n")
@@ -127,6 +150,9 @@ def main():
     time.sleep(float(os.environ.get("FAKE_SERVE_SLEEP") or 0))
     answers = reference_answers()
     name = args.served_model_name
+    runtime_lora = ("--enable-lora" in rest
+                    and os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING") == "True")
+    adapters = {{}}
 
     class Handler(BaseHTTPRequestHandler):
         def reply(self, body):
@@ -139,15 +165,31 @@ def main():
 
         def do_GET(self):
             if self.path.rstrip("/") == "/v1/models":
-                self.reply({{"object": "list", "data": [{{"id": name, "object": "model"}}]}})
+                data = [{{"id": i, "object": "model"}} for i in [name, *adapters]]
+                self.reply({{"object": "list", "data": data}})
             else:
                 self.send_error(404)
 
         def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)
             request = json.loads(self.rfile.read(length) or b"{{}}")
-            if self.path.rstrip("/") != "/v1/chat/completions":
+            path = self.path.rstrip("/")
+            if path in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
+                if not runtime_lora:
+                    self.send_error(404)
+                    return
+                record(tool="serve", event=path.rsplit("/", 1)[1], **request)
+                if path.endswith("/load_lora_adapter"):
+                    adapters[request["lora_name"]] = request["lora_path"]
+                else:
+                    adapters.pop(request["lora_name"], None)
+                self.reply({{"status": "ok"}})
+                return
+            if path != "/v1/chat/completions":
                 self.send_error(404)
+                return
+            if request.get("model") not in (name, *adapters):
+                self.send_error(404, "no such model")
                 return
             content = 'Action: answer("%s")' % answer_for(request.get("messages", []), answers)
             self.reply({{

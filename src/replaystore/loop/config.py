@@ -19,6 +19,8 @@ from typing import Any
 
 from replaystore.errors import ConfigError
 
+from .tools import TEMPLATES
+
 __all__ = [
     "DEFAULTS",
     "PATH_KEYS",
@@ -122,9 +124,18 @@ DEFAULTS: dict[str, Any] = {
     "train": {
         # The trainer command (null: <tools_dir>/llamafactory/bin/llamafactory-cli).
         "command": None,
-        # A YAML template of LLaMA-Factory's training arguments (null: the built-in
-        # full-SFT template for a text model; see replaystore/loop/templates/).
+        # A YAML template of LLaMA-Factory's training arguments: a file, or a built-in
+        # name (text: full SFT of the tiny CPU model; text_lora: LoRA on a pretrained text
+        # model; qwen2_vl, qwen2_vl_lora: Qwen2-VL on a GPU); null: text, or qwen2_vl with
+        # observation: screenshot. See replaystore/loop/templates/.
         "template": None,
+        # "full" or "lora" (null: the template's). With lora each iteration trains an
+        # adapter on model.path (train.init: previous goes on training the last one) and
+        # vLLM serves it on top of model.path, loaded while it runs (serve.merge: false).
+        "finetuning_type": None,
+        # The adapter's shape (null: the template's, else LLaMA-Factory's: rank 8,
+        # alpha 2 x rank, dropout 0, target all linear layers).
+        "lora": {"rank": None, "alpha": None, "dropout": None, "target": None},
         # Keys written over the template (learning rate, epochs, batch size...).
         "overrides": {},
         # "previous": each iteration fine-tunes the checkpoint that acted;
@@ -148,6 +159,10 @@ DEFAULTS: dict[str, Any] = {
         # With base_url: command run to load a checkpoint ({checkpoint}, {model}
         # are replaced); the loop then waits for /v1/models to list the model.
         "reload_command": None,
+        # LoRA: true merges each adapter into model.path (llamafactory-cli export) and
+        # serves the merged model (a server start per iteration); false serves the base
+        # with --enable-lora and loads each new adapter at runtime (no restart).
+        "merge": False,
         "host": "127.0.0.1",
         "port": 0,
         "max_model_len": 4096,
@@ -175,7 +190,7 @@ PATH_KEYS: dict[str, tuple[str, ...]] = {
     "tasks": ("suite", "miniwob:"),
     "model.path": (),
     "bootstrap.source": ("scripted",),
-    "train.template": (),
+    "train.template": tuple(TEMPLATES),
 }
 
 #: Keys that ``--resume`` may change (a key listed here covers the keys under it): how
@@ -348,6 +363,25 @@ class LoopConfig:
         stage = self.data["train"]["stage"]
         return stage if isinstance(stage, str) else str(stage[min(k, len(stage) - 1)])
 
+    def train_template(self) -> str | Path | None:
+        """``train.template``: None (the default for the observation mode), a built-in
+        template's name (:data:`~replaystore.loop.tools.TEMPLATES`), or a file (absolute;
+        a relative one from :attr:`base_dir`)."""
+        value = self.data["train"]["template"]
+        if value is None or str(value) in TEMPLATES:
+            return value
+        return self.path(value)
+
+    def training_settings(self) -> dict[str, Any]:
+        """The LLaMA-Factory keys ``train.finetuning_type`` and ``train.lora`` set (a null
+        value leaves the template's): ``finetuning_type``, ``lora_rank``, ``lora_alpha``,
+        ``lora_dropout``, ``lora_target``."""
+        t = self.data["train"]
+        settings: dict[str, Any] = {"finetuning_type": t["finetuning_type"]}
+        for key, value in t["lora"].items():
+            settings[f"lora_{key}"] = value
+        return settings
+
     def model_source(self) -> Path | str | None:
         """``model.path`` as the loop uses it: a local directory (absolute; a relative one
         from :attr:`base_dir`), a Hugging Face hub id passed on unchanged, or None (the
@@ -483,12 +517,32 @@ class LoopConfig:
             )
         if not isinstance(t["final"], bool):
             raise ConfigError(f"train.final must be true or false, got {t['final']!r}")
+        if t["finetuning_type"] is not None:
+            _choice(t, "finetuning_type", ("full", "lora"), "train.")
+        lora = t["lora"]
+        if lora["rank"] is not None:
+            _int(lora, "rank", 1, "train.lora.")
+            if lora["rank"] > 512:
+                raise ConfigError(f"train.lora.rank must be at most 512, got {lora['rank']}")
+        if lora["alpha"] is not None:
+            _number(lora, "alpha", "train.lora.")
+        dropout = lora["dropout"]
+        number = isinstance(dropout, int | float) and not isinstance(dropout, bool)
+        if dropout is not None and not (number and 0 <= dropout < 1):
+            raise ConfigError(f"train.lora.dropout must be in [0, 1), got {dropout!r}")
+        if lora["target"] is not None and not isinstance(lora["target"], str):
+            raise ConfigError(
+                "train.lora.target must be a comma-separated string of module names "
+                f"(or all), got {lora['target']!r}"
+            )
         for key in ("filter_successful_only", "filter_same_screenshot"):
             if not isinstance(buf[key], bool):
                 raise ConfigError(f"buffer.{key} must be true or false, got {buf[key]!r}")
         s = d["serve"]
         if s["base_url"] is not None and not str(s["base_url"]).startswith(("http://", "https://")):
             raise ConfigError(f"serve.base_url must be an http(s) URL, got {s['base_url']!r}")
+        if not isinstance(s["merge"], bool):
+            raise ConfigError(f"serve.merge must be true or false, got {s['merge']!r}")
         _int(s, "port", 0, "serve.")
         _int(s, "max_model_len", 16, "serve.")
         _number(s, "startup_timeout_s", "serve.")

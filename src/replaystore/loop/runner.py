@@ -67,7 +67,9 @@ from .tools import (
     check_hub_model,
     checkpoint_weights,
     find_tools,
+    is_adapter,
     make_tiny_model,
+    merge_adapter,
     read_losses,
     run_training,
     template_text,
@@ -128,8 +130,14 @@ class LoopRunner:
         self.tools: ToolPaths | None = None
         self.marker: str | None = None
         self.experiment: Any = None
-        #: The model the server serves now (None: nothing served).
+        #: The model the server serves now (None: nothing served): a LoRA adapter's
+        #: directory while the server serves it on top of the base model.
         self.serving: Path | str | None = None
+        #: The name the acting policy asks the server for (``model.name``, or the
+        #: adapter's: ``<model.name>-<iteration>``).
+        self.served_name: str = config["model"]["name"]
+        #: The whole model the vLLM server was started with (adapters go on top of it).
+        self.serving_base: Path | str | None = None
         #: The MiniWoB++ pages' URL while a MiniWoB++ run runs.
         self.miniwob_url: str | None = None
 
@@ -482,6 +490,12 @@ class LoopRunner:
         return int(self.config["rollout"]["max_steps"]["easy"])
 
     def _stop_server(self) -> None:
+        """Stop the server once its rollouts are done, so that the trainer has the machine
+        to itself. A server of LoRA adapters stays up: the next adapter is loaded into it
+        (on a GPU, leave the trainer room: ``--gpu-memory-utilization`` in
+        ``serve.extra_args``). :meth:`_stop_children` stops it at the end."""
+        if isinstance(self.server, VllmServer) and self.server.lora_rank is not None:
+            return
         if self.server is not None:
             self.server.stop()
         self.serving = None
@@ -604,9 +618,37 @@ class LoopRunner:
         )
         self.report(f"iteration {k}: {len(trajectories)} demonstrations imported from {source}")
 
+    def _training_preview(self) -> dict[str, Any]:
+        """The training arguments every iteration shares (template, ``train.finetuning_type``
+        and ``train.lora``, the overrides): what is trained, full or LoRA, of which rank."""
+        cfg = self.config
+        t = cfg["train"]
+        template = template_text(cfg.train_template(), cfg["observation"])
+        return training_arguments(
+            template,
+            model="",
+            dataset_dir=self.out,
+            dataset=DATASET_NAME,
+            output_dir=self.out,
+            overrides=t["overrides"],
+            settings=cfg.training_settings(),
+        )
+
+    def _lora_rank(self) -> int | None:
+        """The adapters' rank when the loop trains LoRA adapters and vLLM serves them
+        unmerged (None otherwise): the server is then started with ``--enable-lora``."""
+        preview = self._training_preview()
+        if preview.get("finetuning_type") != "lora" or self.config["serve"]["merge"]:
+            return None
+        return int(preview.get("lora_rank") or 8)  # LLaMA-Factory's default rank
+
     def _serve(self, k: int, model: Path | str, *, stage: str) -> str:
         """Serve ``model`` (a directory, or a hub id vLLM downloads); the base URL. Records
-        the ``serve`` stage of iteration ``k``."""
+        the ``serve`` stage of iteration ``k``.
+
+        A LoRA adapter (``train.finetuning_type: lora``) is loaded into the running server
+        on top of the base model (no restart), or with ``serve.merge`` merged into the base
+        first (``checkpoints/NNN-merged``) and served as a whole model."""
         assert self.journal is not None and self.tools is not None
         cfg = self.config
         s = cfg["serve"]
@@ -632,16 +674,59 @@ class LoopRunner:
                     env=s["env"],
                     startup_timeout_s=s["startup_timeout_s"],
                     marker=self.marker,
+                    lora_rank=self._lora_rank(),
                 )
         if self.serving == model and self.server.base_url is not None:
             return self.server.base_url  # served already (the rollout's, for the held-out set)
         log = self.out / "logs" / f"serve-{k:03d}.log"
-        seconds = self.server.start(model, cfg["model"]["name"], log_path=log, stage=stage)
+        name = cfg["model"]["name"]
+        adapter = isinstance(model, Path) and is_adapter(model)
+        merged: Path | None = None
+        if adapter and s["merge"]:
+            assert isinstance(model, Path)
+            merged = model.with_name(model.name + "-merged")
+            if not checkpoint_weights(merged):
+                merge_seconds = merge_adapter(
+                    self.tools.train_command,
+                    base=self.initial_model,
+                    adapter=model,
+                    template=str(self._training_preview().get("template") or "qwen"),
+                    out=merged,
+                    yaml_path=model.with_name(model.name + "-merge.yaml"),
+                    log_path=self.out / "logs" / f"merge-{k:03d}.log",
+                    marker=self.marker,
+                    stage=stage,
+                )
+                self.report(
+                    f"iteration {k}: merged the adapter {self.rel(model)} into "
+                    f"{self.rel(merged)} ({merge_seconds:.1f} s)"
+                )
+        if adapter and merged is None and isinstance(self.server, VllmServer):
+            assert isinstance(model, Path)
+            seconds = 0.0
+            if self.server.base_url is None or self.serving_base != self.initial_model:
+                seconds += self.server.start(self.initial_model, name, log_path=log, stage=stage)
+                self.serving_base = self.initial_model
+            self.served_name = f"{name}-{model.name}"
+            seconds += self.server.load_adapter(model, self.served_name, log_path=log, stage=stage)
+            how = f"the adapter on {self.rel(self.initial_model)} as {self.served_name!r}"
+        else:
+            served = merged if merged is not None else model
+            seconds = self.server.start(served, name, log_path=log, stage=stage)
+            self.serving_base = served
+            self.served_name = name
+            how = self.rel(served) if merged is None else f"{self.rel(merged)} (merged)"
         self.serving = model
         self.journal.finish(
-            k, "serve", seconds=seconds, checkpoint=self.rel(model), log=self.rel(log)
+            k,
+            "serve",
+            seconds=seconds,
+            checkpoint=self.rel(model),
+            log=self.rel(log),
+            served_as=self.served_name,
+            **({"merged": self.rel(merged)} if merged is not None else {}),
         )
-        self.report(f"iteration {k}: serving {self.rel(model)} (ready in {seconds:.1f} s)")
+        self.report(f"iteration {k}: serving {how} (ready in {seconds:.1f} s)")
         assert self.server.base_url is not None
         return self.server.base_url
 
@@ -679,7 +764,7 @@ class LoopRunner:
         p = cfg["policy"]
         policy = OpenAIChatPolicy(
             base_url,
-            cfg["model"]["name"],
+            self.served_name,
             temperature=0.0 if greedy else p["temperature"],
             max_tokens=p["max_tokens"],
             timeout_s=p["timeout_s"],
@@ -1059,17 +1144,23 @@ class LoopRunner:
         start_from = self.acting_checkpoint(k) if t["init"] == "previous" else self.initial_model
         dataset = self.iteration_dir(k) / "dataset"
         info = json.loads((dataset / "dataset_info.json").read_text(encoding="utf-8"))
-        template = template_text(
-            None if t["template"] is None else cfg.path(t["template"]), cfg["observation"]
-        )
+        template = template_text(cfg.train_template(), cfg["observation"])
+        lora = self._training_preview().get("finetuning_type") == "lora"
+        # LoRA: every adapter is trained on the base model; train.init: previous goes on
+        # training the adapter that acted (LLaMA-Factory resumes it, trainable).
+        adapter = start_from if lora and is_adapter(start_from) else None
+        if lora:
+            start_from = adapter if adapter is not None else self.initial_model
         arguments = training_arguments(
             template,
-            model=start_from,
+            model=self.initial_model if lora else start_from,
             dataset_dir=dataset,
             dataset=DATASET_NAME,
             output_dir=partial,
             overrides=t["overrides"],
             has_images=cfg["observation"] == "screenshot",
+            settings=cfg.training_settings(),
+            adapter=adapter,
         )
         if f"{DATASET_NAME}_val" in info and "eval_dataset" not in arguments:
             arguments["eval_dataset"] = f"{DATASET_NAME}_val"

@@ -43,11 +43,14 @@ __all__ = [
     "find_tools",
     "free_port",
     "hf_hub_cache",
+    "is_adapter",
     "make_tiny_model",
+    "merge_adapter",
     "read_losses",
     "run_training",
     "template_text",
     "training_arguments",
+    "vllm_lora_rank",
 ]
 
 logger = logging.getLogger("replaystore.loop.tools")
@@ -189,6 +192,10 @@ class VllmServer:
         env: variables for the server (``VLLM_CPU_KVCACHE_SPACE`` on a CPU).
         startup_timeout_s: how long :meth:`start` waits for ``/v1/models``.
         marker: the run marker its processes carry (see :mod:`.processes`).
+        lora_rank: serve LoRA adapters of at most this rank on top of the model
+            (``--enable-lora``, ``--max-lora-rank``: vLLM's next allowed rank, one adapter
+            at a time) and allow loading them while it runs
+            (``VLLM_ALLOW_RUNTIME_LORA_UPDATING``): :meth:`load_adapter`. None: no LoRA.
     """
 
     def __init__(
@@ -203,6 +210,7 @@ class VllmServer:
         env: Mapping[str, str] | None = None,
         startup_timeout_s: float = 600.0,
         marker: str | None = None,
+        lora_rank: int | None = None,
     ) -> None:
         self.python = Path(python)
         self.host = host
@@ -213,9 +221,14 @@ class VllmServer:
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
         self.startup_timeout_s = float(startup_timeout_s)
         self.marker = marker
+        self.lora_rank = None if lora_rank is None else vllm_lora_rank(lora_rank)
+        if self.lora_rank is not None:
+            self.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
         self.child: ChildProcess | None = None
         self.base_url: str | None = None
         self.model_name: str | None = None
+        #: The adapter loaded now, by the name it is served under (None: none).
+        self.adapter: str | None = None
 
     def command(self, model: str | Path, name: str, port: int) -> list[str]:
         """The server's command line for ``model`` served as ``name`` on ``port``."""
@@ -235,6 +248,11 @@ class VllmServer:
             str(self.max_model_len),
             "--dtype",
             self.dtype,
+            *(
+                []
+                if self.lora_rank is None
+                else ["--enable-lora", "--max-lora-rank", str(self.lora_rank), "--max-loras", "1"]
+            ),
             *self.extra_args,
         ]
 
@@ -255,6 +273,7 @@ class VllmServer:
         ).start()
         self.base_url = f"http://{self.host}:{port}/v1"
         self.model_name = name
+        self.adapter = None
         try:
             return _wait_ready(
                 self.base_url,
@@ -268,12 +287,96 @@ class VllmServer:
             self.stop()
             raise
 
+    def load_adapter(self, adapter: Path, name: str, *, log_path: Path, stage: str) -> float:
+        """Load the LoRA adapter in ``adapter`` into the running server as ``name`` (vLLM's
+        ``POST /v1/load_lora_adapter``), then unload the one loaded before; seconds until
+        ``/v1/models`` lists it. The server keeps running: no restart between iterations.
+
+        Raises:
+            LoopStageError: the server was not started with ``lora_rank``, or refused the
+                adapter (its answer is written to ``log_path`` and named).
+        """
+        if self.lora_rank is None or self.base_url is None:
+            raise LoopStageError(f"{stage}: the vLLM server was not started for LoRA adapters")
+        started = time.perf_counter()
+        previous = self.adapter
+        if previous == name:
+            return 0.0
+        _post_json(
+            f"{self.base_url.removesuffix('/v1')}/v1/load_lora_adapter",
+            {"lora_name": name, "lora_path": str(adapter)},
+            log_path=log_path,
+            stage=stage,
+            what=f"loading the adapter {adapter}",
+        )
+        self.adapter = name
+        if previous is not None:
+            _post_json(
+                f"{self.base_url.removesuffix('/v1')}/v1/unload_lora_adapter",
+                {"lora_name": previous},
+                log_path=log_path,
+                stage=stage,
+                what=f"unloading the adapter {previous!r}",
+            )
+        _wait_ready(self.base_url, name, 30.0, child=self.child, stage=stage, log=log_path)
+        return time.perf_counter() - started
+
     def stop(self) -> None:
         """Stop the server (idempotent)."""
         if self.child is not None:
             self.child.stop()
             self.child = None
         self.base_url = None
+        self.adapter = None
+
+
+#: The ranks vLLM accepts for ``--max-lora-rank`` (vLLM 0.32's ``MaxLoRARanks``).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest ``--max-lora-rank`` vLLM accepts that serves adapters of ``rank``.
+
+    Raises:
+        ConfigError: ``rank`` is not an int in 1..512.
+    """
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank <= VLLM_LORA_RANKS[-1]:
+        raise ConfigError(f"a LoRA rank must be an int in 1..{VLLM_LORA_RANKS[-1]}, got {rank!r}")
+    return next(r for r in VLLM_LORA_RANKS if r >= rank)
+
+
+def _post_json(url: str, body: Mapping[str, Any], *, log_path: Path, stage: str, what: str) -> None:
+    """POST ``body`` to ``url``; the exchange is appended to ``log_path``.
+
+    Raises:
+        LoopStageError: no answer, or an error status (the server's words are quoted).
+    """
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode("utf-8"),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            answer = response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        answer = exc.read().decode("utf-8", "replace")
+        _append(log_path, f"POST {url} {json.dumps(body)} -> {exc.code} {answer}\n")
+        raise LoopStageError(
+            f"{stage}: the vLLM server refused {what} ({exc.code}: {answer.strip()[:300]}); "
+            f"see {log_path}"
+        ) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise LoopStageError(f"{stage}: no answer from the vLLM server {what}: {exc}") from None
+    _append(log_path, f"POST {url} {json.dumps(body)} -> {answer.strip()}\n")
+
+
+def _append(path: Path, text: str) -> None:
+    """Add ``text`` to a log file (the server's own log, which it appends to as well)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 class ExternalServer:
@@ -329,12 +432,19 @@ class ExternalServer:
 # ---------------------------------------------------------------------- training
 
 #: Built-in training templates (package data in ``replaystore/loop/templates``).
-TEMPLATES = {"text": "llamafactory_sft_text.yaml", "qwen2_vl": "llamafactory_sft_qwen2vl.yaml"}
+TEMPLATES = {
+    "text": "llamafactory_sft_text.yaml",
+    "text_lora": "llamafactory_lora_text.yaml",
+    "qwen2_vl": "llamafactory_sft_qwen2vl.yaml",
+    "qwen2_vl_lora": "llamafactory_lora_qwen2vl.yaml",
+}
 
 
 def template_text(name_or_path: str | Path | None, observation: str = "text") -> str:
-    """The YAML text of a training template: a file, a built-in name, or the default
-    for ``observation`` (``text``: full SFT of a text model; ``screenshot``: Qwen2-VL)."""
+    """The YAML text of a training template: a file, or a built-in name (:data:`TEMPLATES`:
+    ``text``, full SFT of the tiny CPU model; ``text_lora``, LoRA on a pretrained text model;
+    ``qwen2_vl`` and ``qwen2_vl_lora``, Qwen2-VL on a GPU), or the default for
+    ``observation`` (``text``, or ``qwen2_vl`` for ``screenshot``)."""
     if name_or_path is None:
         name_or_path = "text" if observation == "text" else "qwen2_vl"
     if str(name_or_path) in TEMPLATES:
@@ -352,9 +462,15 @@ def training_arguments(
     output_dir: Path,
     overrides: Mapping[str, Any] | None = None,
     has_images: bool = False,
+    settings: Mapping[str, Any] | None = None,
+    adapter: str | Path | None = None,
 ) -> dict[str, Any]:
-    """LLaMA-Factory's training arguments: the template, the overrides, then this
+    """LLaMA-Factory's training arguments: the template, the loop's own ``settings``
+    (``finetuning_type`` and the ``lora_`` keys of ``train``), the overrides, then this
     iteration's model, dataset and output directory (which always win).
+
+    ``adapter``: a LoRA adapter to go on training (``adapter_name_or_path``; the model is
+    then the base it was trained on).
 
     With ``has_images``, ``media_dir`` is the dataset directory (the exporter writes
     image paths relative to it) unless the template sets it.
@@ -377,9 +493,12 @@ def training_arguments(
         "dataset": dataset,
         "output_dir": str(output_dir),
     }
+    if adapter is not None:
+        owned["adapter_name_or_path"] = str(adapter)
     for key in overrides or {}:
-        if key in owned:
+        if key in owned or key == "adapter_name_or_path":
             raise ConfigError(f"train.overrides.{key} is set by the loop each iteration; remove it")
+    args.update({k: v for k, v in (settings or {}).items() if v is not None})
     args.update(dict(overrides or {}))
     args.update(owned)
     if has_images:
@@ -490,6 +609,68 @@ def checkpoint_weights(directory: Path) -> list[Path]:
             if shards and all((directory / s).is_file() for s in shards):
                 found.extend(directory / s for s in sorted(shards))
     return [p for p in found if p.stat().st_size > 0]
+
+
+def is_adapter(directory: Path | str) -> bool:
+    """Whether ``directory`` holds a LoRA adapter (PEFT's ``adapter_config.json``), not a
+    whole model."""
+    return isinstance(directory, Path) and (directory / "adapter_config.json").is_file()
+
+
+def merge_adapter(
+    command: Sequence[str],
+    *,
+    base: Path | str,
+    adapter: Path,
+    template: str,
+    out: Path,
+    yaml_path: Path,
+    log_path: Path,
+    marker: str | None,
+    stage: str,
+) -> float:
+    """Merge a LoRA ``adapter`` into its ``base`` model with ``llamafactory-cli export``
+    (its arguments written to ``yaml_path``), into ``out`` (a ``.partial`` folder renamed
+    into place once it holds weights); seconds taken. LLaMA-Factory's ``template`` is the
+    one the adapter was trained with.
+
+    Raises:
+        LoopStageError: the export failed, or wrote no weights (the log is named).
+    """
+    import shutil
+
+    import yaml
+
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    arguments = {
+        "model_name_or_path": str(base),
+        "adapter_name_or_path": str(adapter),
+        "template": template,
+        "finetuning_type": "lora",
+        "export_dir": str(partial),
+        "export_device": "cpu",
+        "export_legacy_format": False,
+    }
+    atomic_write_text(yaml_path, yaml.safe_dump(arguments, sort_keys=True))
+    started = time.perf_counter()
+    child = ChildProcess(
+        "adapter merge", [*command, "export", str(yaml_path)], log_path=log_path, marker=marker
+    ).start()
+    try:
+        code = child.wait()
+    finally:
+        child.stop()
+    if code != 0 or not checkpoint_weights(partial):
+        last = tail(log_path)
+        what = describe_exit(code) if code != 0 else f"exited 0 but {partial} holds no weights"
+        raise LoopStageError(
+            f"{stage}: merging the adapter (llamafactory-cli export) {what}; see {log_path}"
+            + (f"\n{last}" if last else "")
+        )
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(partial, out)
+    return time.perf_counter() - started
 
 
 def run_training(
