@@ -708,6 +708,9 @@ class LoopRunner:
                 seconds += self.server.start(self.initial_model, name, log_path=log, stage=stage)
                 self.serving_base = self.initial_model
             self.served_name = f"{name}-{model.name}"
+            # The requests and vLLM's answers go to a log of their own: the server's log is
+            # its child's output, written at the child's own offset.
+            log = self.out / "logs" / f"lora-{k:03d}.log"
             seconds += self.server.load_adapter(model, self.served_name, log_path=log, stage=stage)
             how = f"the adapter on {self.rel(self.initial_model)} as {self.served_name!r}"
         else:

@@ -294,7 +294,8 @@ class VllmServer:
 
         Raises:
             LoopStageError: the server was not started with ``lora_rank``, or refused the
-                adapter (its answer is written to ``log_path`` and named).
+                adapter. Each request and the server's answer are added to ``log_path``
+                (a log of its own: the server writes its log at its own offset).
         """
         if self.lora_rank is None or self.base_url is None:
             raise LoopStageError(f"{stage}: the vLLM server was not started for LoRA adapters")
@@ -373,7 +374,7 @@ def _post_json(url: str, body: Mapping[str, Any], *, log_path: Path, stage: str,
 
 
 def _append(path: Path, text: str) -> None:
-    """Add ``text`` to a log file (the server's own log, which it appends to as well)."""
+    """Add ``text`` to a log file for people to read."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(text)

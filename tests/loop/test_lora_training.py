@@ -1,0 +1,101 @@
+"""LoRA with the real tools (slow): ``replaystore loop`` with ``train.finetuning_type:
+lora`` on the tiny model and MiniWoB++'s click-test. LLaMA-Factory trains an adapter in
+iteration 0 and goes on training it in iteration 1; vLLM (its CPU build) serves the base
+model once with ``--enable-lora`` and loads each adapter while it runs, and the adapter acts
+in iterations 1 and 2. The merged path (``serve.merge: true``, ``llamafactory-cli export``)
+runs with the stand-in tools in tests/loop/test_lora.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from replaystore.loop.tools import read_losses
+from replaystore.trajectories.storage import TrajectoryStorage
+
+pytestmark = pytest.mark.slow
+pytest.importorskip("miniwob", reason="the miniwob extra brings the MiniWoB++ pages")
+
+
+@pytest.mark.timeout(560)
+def test_two_adapters_trained_one_after_the_other_and_served_without_a_restart(
+    tmp_path: Path, real_tools: Any, chromium: str | None
+) -> None:
+    config = {
+        "out": "run",
+        "iterations": 3,
+        "tasks": "miniwob:click-test",
+        "train_seeds": "0-99",
+        "seeds_per_iteration": 2,
+        "evaluation": {"seeds": "5000-5001"},
+        "tools_dir": str(real_tools.tools_dir),
+        "bootstrap": {"repeats": 2},
+        "model": {
+            "tiny": {"layers": 1, "hidden": 64, "heads": 1, "vocab": 400},
+            "evaluate_untrained": False,
+        },
+        "rollout": {"workers": 2, "viewport": [400, 300], "max_steps": {"easy": 1}},
+        "policy": {"max_tokens": 24},
+        "train": {
+            "final": False,
+            "finetuning_type": "lora",
+            "lora": {"rank": 8, "alpha": 16, "target": "all"},
+            "overrides": {"num_train_epochs": 2, "learning_rate": 1.0e-3},
+        },
+    }
+    (tmp_path / "loop.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "replaystore.cli", "loop", "--config", "loop.yaml"],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        cwd=tmp_path,
+        check=False,
+    )
+    run = tmp_path / "run"
+    logs = "".join(p.read_text()[-2000:] for p in sorted((run / "logs").glob("*.log")))
+    assert done.returncode == 0, done.stdout + done.stderr + logs
+    for k in (0, 1):  # adapters, each with its loss, the second trained on from the first
+        checkpoint = run / "checkpoints" / f"{k:03d}"
+        assert (checkpoint / "adapter_config.json").is_file()
+        assert (checkpoint / "adapter_model.safetensors").stat().st_size > 0
+        assert not (checkpoint / "model.safetensors").exists()  # an adapter, not a model
+        assert read_losses(checkpoint / "trainer_log.jsonl")
+    second = yaml.safe_load((run / "iterations" / "001" / "train.yaml").read_text())
+    assert second["adapter_name_or_path"] == str(run / "checkpoints" / "000")
+    assert second["model_name_or_path"] == str(run / "model")
+    assert (
+        "Loaded adapter(s): " + str(run / "checkpoints" / "000")
+        in (run / "logs" / "train-001.log").read_text()
+    )
+    journal = json.loads((run / "journal.json").read_text())
+    serve = [it["stages"].get("serve", {}) for it in journal["iterations"]]
+    assert [s.get("served_as") for s in serve] == [None, "policy-000", "policy-001"]
+    # One vLLM start, in iteration 1, with LoRA on; iteration 2 only loaded its adapter
+    # into the running server (and unloaded the one before), in milliseconds.
+    started = (run / "logs" / "serve-001.log").read_text()
+    assert "--enable-lora --max-lora-rank 8 --max-loras 1" in started
+    first = (run / "logs" / "lora-001.log").read_text()
+    assert "Success: LoRA adapter 'policy-000' added successfully" in first
+    assert not (run / "logs" / "serve-002.log").exists()  # no second server
+    loaded = (run / "logs" / "lora-002.log").read_text()
+    assert "Success: LoRA adapter 'policy-001' added successfully" in loaded
+    assert "Success: LoRA adapter 'policy-000' removed successfully" in loaded
+    assert serve[2]["seconds"] < 5 < serve[1]["seconds"], serve
+    # The adapters acted: every rollout step of iterations 1 and 2 is a reply of the model.
+    stored = TrajectoryStorage(run / "storage")
+    files = stored.files()
+    assert len(files) == 3
+    for file in files[1:]:
+        for trajectory in stored.read_file(file):
+            assert trajectory[0]["response"].raw_response is not None
+    summary = json.loads((run / "summary.json").read_text())
+    assert [r["policy"] for r in summary["iterations"]] == ["demonstrations", "model", "model"]
