@@ -429,8 +429,14 @@ def _words(rng: np.random.Generator, vocabulary: list[str], chars: int) -> str:
     return " ".join(out)[:chars]
 
 
-def webgym_shaped(n_steps: int, seed: int = 0) -> list[list[dict[str, Any]]]:
-    """WebGym-shaped trajectories: ~2.9k-character prompts, ~220-character responses."""
+def webgym_shaped(
+    n_steps: int, seed: int = 0, prompt_text: Any = json.dumps
+) -> list[list[dict[str, Any]]]:
+    """WebGym-shaped trajectories: ~2.9k-character prompts, ~220-character responses.
+
+    ``prompt_text(messages)`` writes each step's ``raw_prompt`` (default ``json.dumps``;
+    WebGym's own ``json.dumps(messages, indent=2, ensure_ascii=False)``:
+    ``benchmarks/webgym_prompts.py``)."""
     rng = np.random.default_rng(seed)
     vocabulary = _vocabulary(rng)
     trajs = []
@@ -476,7 +482,7 @@ def webgym_shaped(n_steps: int, seed: int = 0) -> list[list[dict[str, Any]]]:
                         task, image, None, {"title": f"Page {s}", "url": f"{task.website}/{s}"}
                     ),
                     "action": Action({"key": "click", "element": action[7:-1]}, action),
-                    "response": Response(reply, {"action": action}, json.dumps(messages)),
+                    "response": Response(reply, {"action": action}, prompt_text(messages)),
                     "reward": Reward(
                         (1.0 if t % 5 < 3 else 0.0) if last else 0.0, None, submit=last
                     ),

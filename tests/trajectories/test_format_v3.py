@@ -399,9 +399,14 @@ def test_split_prompts_join_back_to_the_same_text() -> None:
         json.dumps([a]),
         json.dumps([a, b], separators=(",", ":")),
         json.dumps([b, a, c], ensure_ascii=False),
+        json.dumps([a, b, c], indent=2, ensure_ascii=False),  # as WebGym writes it
+        json.dumps([a, b], indent=2),
+        json.dumps([c], indent=4),
     ]
     for prompt in prompts * 2:
         separator, parts = _split_prompt(prompt, known)  # type: ignore[misc]
+        assert separator == (2 if "\n  {\n    " in prompt else 3 if "\n    {" in prompt
+                             else 1 if '},{' in prompt else 0)  # fmt: skip
         assert _join_prompt(separator, parts) == prompt
         assert [json.loads(p) for p in parts] == json.loads(prompt)
     for prompt in ("[]", "[{}, 3]", '[{"a": 1} ]', "[{broken}]", json.dumps([a], indent=1)):

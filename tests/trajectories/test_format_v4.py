@@ -41,8 +41,11 @@ def _array(header: dict[str, Any], name: str, dtype: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(header["index"][name]), dtype=dtype)
 
 
-def _chat_trajectory(t: int, n: int, words: list[str], rng: random.Random) -> list[dict]:
-    """WebGym-like steps: a shared system prompt, then a new user message per step."""
+def _chat_trajectory(
+    t: int, n: int, words: list[str], rng: random.Random, **dumps: Any
+) -> list[dict]:
+    """WebGym-like steps: a shared system prompt, then a new user message per step; the
+    prompt written by ``json.dumps(messages, ensure_ascii=False, **dumps)``."""
     task = Task(f"task {t}", "shop", "", "https://x.example", 1, None, None)
     system = {"role": "system", "content": "You are a web agent. " * 20}
     steps = []
@@ -61,7 +64,7 @@ def _chat_trajectory(t: int, n: int, words: list[str], rng: random.Random) -> li
                 "observation": Observation(task, f"/shots/{t}_{s}.png", None, {"url": "u"}),
                 "action": Action({"key": "click"}, f"click [{s}]"),
                 "response": Response(f"<think>{s}</think> click [{s}]", None,
-                                     json.dumps([system, user], ensure_ascii=False)),
+                                     json.dumps([system, user], ensure_ascii=False, **dumps)),
                 "reward": Reward(1.0 if last else 0.0, None, submit=last),
                 "same_as_next_screenshot": False,
             }
@@ -104,6 +107,34 @@ def test_samples_come_from_the_texts_alone(chat_store, monkeypatch) -> None:
 
 def _no_frames(*args: Any) -> bytes:
     raise AssertionError("a sample decoded a frame")
+
+
+@pytest.mark.parametrize("indent", [2, 4])
+def test_prompts_as_webgym_writes_them_take_the_same_path(tmp_path, monkeypatch, indent) -> None:
+    """WebGym writes every step's raw_prompt with ``json.dumps(messages, indent=2,
+    ensure_ascii=False)`` (``convert_messages_to_path_format``): such prompts are split into
+    their messages as compact ones are (read from the texts alone, no frame decoded, no
+    whole-prompt parse), and ``raw_prompt`` comes back byte for byte."""
+    rng = random.Random(7)
+    words = ["Grüße", "café", "日本語", "naïve", "ok", "x"] * 20
+    trajectories = [_chat_trajectory(t, 4, words, rng, indent=indent) for t in range(5)]
+    root = tmp_path / "store"
+    TrajectoryStorage(root).save_iteration(1, trajectories)
+    (path,) = root.glob("*.jsonl")
+    header, _ = _header(path)
+    counts = _array(header, "prompt_counts", "<i4")
+    assert counts.tolist() == [2] * 20  # split: system prompt and user message
+    monkeypatch.setattr(storage_module, "_read_frame", _no_frames)
+    buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
+    expected = _expected_messages(trajectories)
+    assert [buffer[i]["message"] for i in range(len(buffer))] == expected
+    assert [s["message"] for s in buffer.get_training_samples(20, 1.0)] != []
+    monkeypatch.undo()
+    stored = TrajectoryStorage(root).load_all()
+    for got, wrote in zip(stored, trajectories, strict=True):
+        for a, b in zip(got, wrote, strict=True):
+            assert a["response"].raw_prompt == b["response"].raw_prompt  # byte for byte
+            assert a["response"].raw_prompt.startswith("[\n  ")
 
 
 def test_every_sample_is_a_new_object(chat_store) -> None:

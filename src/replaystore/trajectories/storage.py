@@ -43,9 +43,10 @@ CRC32s (fixed-width little-endian integers, base64). The index lets
   that is smaller). A frame decodes to UTF-8 lines: the trajectory's distinct prompt
   messages, each the exact JSON text it had in its prompt (a conversation is stored
   once, not again at every step), then per step a head line (step number, the
-  message numbers of its prompt and their separator, ``raw_response``) and the
+  message numbers of its prompt and their layout, ``raw_response``) and the
   step's dict. Reading joins the messages back: the same prompt text, character for
-  character (:func:`_split_prompt`). A file-backed buffer keeps decoded frames (up
+  character (:func:`_split_prompt`; compact lists, and WebGym's ``json.dumps(messages,
+  indent=2, ensure_ascii=False)``). A file-backed buffer keeps decoded frames (up
   to 64 MiB) and parses each distinct message once (:meth:`_FileSource.sample_parts`).
 * Versions 1 and 2: one JSON line per step, ``{"t": trajectory number in the file,
   "s": step number, "step": step_to_dict(step)}``, plus ``"relative_image_urls":
@@ -165,8 +166,17 @@ _NO_CRC = -1
 # Version 3 frame codecs (index.frame_codec): stored as they are, or one zstandard frame.
 _CODEC_RAW = 0
 _CODEC_ZSTD = 1
-# The separator between the messages of a split prompt (index = "p" in its head line).
-_PROMPT_SEPARATORS = (", ", ",")
+# The layouts of a split prompt (index = "p" in its head line, ``prompt_separators`` in a
+# version 4 header): ``(opening, separator, closing)`` with ``prompt == opening +
+# separator.join(messages) + closing``. 0 and 1: json.dumps's compact lists (", " is its
+# default separator); 2 and 3: json.dumps(messages, indent=2 or 4), as WebGym writes
+# every step's raw_prompt (indent=2, ensure_ascii=False: the texts are kept as they are).
+_PROMPT_LAYOUTS = (
+    ("[", ", ", "]"),
+    ("[", ",", "]"),
+    ("[\n  ", ",\n  ", "\n]"),
+    ("[\n    ", ",\n    ", "\n]"),
+)
 # Encoders made once (json.dumps with options builds one per call).
 _STEP_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _SCAN = json.JSONDecoder().raw_decode
@@ -1768,10 +1778,10 @@ def _json_copy() -> Any:
 
 
 def _split_prompt(prompt: str, known: dict[str, list[str]]) -> tuple[int, list[str]] | None:
-    """``(separator, message texts)`` with ``prompt == "[" + separator.join(texts) + "]"``
-    exactly (the texts are slices of ``prompt``), or None (not written as a JSON list
-    of objects with one of :data:`_PROMPT_SEPARATORS` and no other whitespace between
-    them: then the prompt is stored as it is).
+    """``(layout, message texts)`` with ``prompt == opening + separator.join(texts) +
+    closing`` exactly for that layout of :data:`_PROMPT_LAYOUTS` (the texts are slices of
+    ``prompt``), or None (not written as a JSON list of objects in one of those layouts:
+    then the prompt is stored as it is).
 
     Every text but the last is one JSON object (parsed here, or found in ``known``);
     the last, found as the first text after which no text starts with the same key
@@ -1781,23 +1791,34 @@ def _split_prompt(prompt: str, known: dict[str, list[str]]) -> tuple[int, list[s
     found again at the same place is taken without parsing (a JSON object ends where
     its text ends, so the slice is the same value); new ones are added.
     """
-    if not prompt.startswith("[{") or not prompt.endswith("}]"):
+    if prompt.startswith("[{"):
+        layouts: tuple[int, ...] = (0, 1)  # which one: the first gap between messages says
+    elif prompt.startswith("[\n  {"):
+        layouts = (2,)
+    elif prompt.startswith("[\n    {"):
+        layouts = (3,)
+    else:
+        return None
+    opening, _, closing = _PROMPT_LAYOUTS[layouts[0]]
+    if not prompt.endswith("}" + closing) or not prompt.startswith(opening + "{"):
         return None
     parts: list[str] = []
-    separator = -1
-    last = len(prompt) - 1
-    i = 1
+    layout = -1 if len(layouts) > 1 else layouts[0]
+    seen_gap = False
+    last = len(prompt) - len(closing)
+    i = len(opening)
     while True:
         text = None
         for seen in known.get(prompt[i : i + _KNOWN_KEY], ()):
             if prompt.startswith(seen, i):
                 text = seen  # the same text object: its hash is made already
                 break
-        if text is None and separator >= 0:
+        if text is None and seen_gap:
             # No later text starts like this message (its first key): this is the last
             # message, the rest of the prompt.
-            first_key = prompt[i : prompt.find('"', i + 2) + 1]
-            if prompt.find(_PROMPT_SEPARATORS[separator] + first_key, i) < 0:
+            quote = prompt.find('"', i + 1)
+            first_key = prompt[i : prompt.find('"', quote + 1) + 1]
+            if quote < 0 or prompt.find(_PROMPT_LAYOUTS[layout][1] + first_key, i) < 0:
                 text = prompt[i:last]
         if text is None:
             try:
@@ -1813,16 +1834,24 @@ def _split_prompt(prompt: str, known: dict[str, list[str]]) -> tuple[int, list[s
         parts.append(text)
         end = i + len(text)
         if end == last:
-            return max(separator, 0), parts
-        gap = 0 if prompt.startswith(", {", end) else 1 if prompt.startswith(",{", end) else -1
-        if gap < 0 or (separator >= 0 and gap != separator):
+            return max(layout, 0), parts
+        if layout < 0:  # a compact list: ", " or ","
+            if prompt.startswith(", {", end):
+                layout = 0
+            elif prompt.startswith(",{", end):
+                layout = 1
+            else:
+                return None
+        separator = _PROMPT_LAYOUTS[layout][1]
+        if not prompt.startswith(separator + "{", end):
             return None
-        separator = gap
-        i = end + len(_PROMPT_SEPARATORS[gap])
+        seen_gap = True
+        i = end + len(separator)
 
 
-def _join_prompt(separator: int, parts: Sequence[str]) -> str:
-    return "[" + _PROMPT_SEPARATORS[separator].join(parts) + "]"
+def _join_prompt(layout: int, parts: Sequence[str]) -> str:
+    opening, separator, closing = _PROMPT_LAYOUTS[layout]
+    return opening + separator.join(parts) + closing
 
 
 def _frame_of(
@@ -2034,7 +2063,7 @@ def _check_prompt_index(
         and (n_steps == 0 or int(counts.min()) >= 0)
         and int(refs.size) == int(counts.sum())
         and (refs.size == 0 or (int(refs.min()) >= 0 and int(refs.max()) < n_texts))
-        and bool(np.all(np.where(split, separators < len(_PROMPT_SEPARATORS), separators == 255)))
+        and bool(np.all(np.where(split, separators < len(_PROMPT_LAYOUTS), separators == 255)))
         and bool(np.all(np.where(split, (responses >= 0) & (responses < n_texts), responses < 0)))
     )
     if not ok:
