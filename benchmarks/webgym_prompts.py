@@ -46,12 +46,21 @@ END = "<!-- END GENERATED: webgym_prompts -->"
 
 
 def webgym_writer(src: Path | None) -> tuple[Any, str]:
-    """WebGym's prompt writer and where it comes from."""
+    """WebGym's prompt writer and where it comes from: with ``src``, its own
+    ``convert_messages_to_path_format``, loaded from ``webgym/utils/image_utils.py`` alone
+    (the package's ``__init__`` imports its whole rollout stack)."""
     if src is not None:
-        sys.path.insert(0, str(src))
-        from webgym.utils.image_utils import convert_messages_to_path_format  # type: ignore
+        import importlib.util
 
-        return convert_messages_to_path_format, f"WebGym's convert_messages_to_path_format ({src})"
+        path = src / "webgym" / "utils" / "image_utils.py"
+        spec = importlib.util.spec_from_file_location("webgym_image_utils", path)
+        if spec is None or spec.loader is None:
+            raise SystemExit(f"--webgym-src: no {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.convert_messages_to_path_format, (
+            "WebGym's own convert_messages_to_path_format (indent=2, ensure_ascii=False)"
+        )
 
     def dumps(messages: Any) -> str:
         return json.dumps(messages, indent=2, ensure_ascii=False)

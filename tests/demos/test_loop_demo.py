@@ -114,6 +114,26 @@ def _run_in(python: Path, script: str, *args: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+#: Tokenized by both environments (numbers: coordinates and a port).
+_PROBE = "Task: 38043 @(151,189)\nURL: http://shop.localhost:41234/\nAction: click(72, 27)"
+
+
+@pytest.fixture(scope="module")
+def served_side(loop_demo: tuple[Path, str], real_tools: Any) -> dict[str, Any]:
+    """What the vLLM environment says, in one process (importing vLLM takes 10-15 s): the
+    token ids vLLM's server tokenizer gives the trained checkpoint for :data:`_PROBE`, and
+    whether vLLM's refusal of images for a text model still says ``<model> is not a
+    multimodal model``."""
+    script = (
+        "import inspect, json, sys; from vllm.tokenizers import get_tokenizer; "
+        "import vllm.multimodal.registry as r; t = get_tokenizer(sys.argv[1]); "
+        "print(json.dumps({'ids': t.encode(sys.argv[2], add_special_tokens=False), "
+        "'refusal': sys.argv[3] + '\"' in inspect.getsource(r)}))"
+    )
+    model = loop_demo[0] / "checkpoints" / "000"
+    return json.loads(_run_in(real_tools.vllm_python, script, str(model), _PROBE, _TEXT_ONLY_MODEL))
+
+
 @pytest.mark.slow
 def test_tiny_model_chat_template_is_chatml(loop_demo: tuple[Path, str]) -> None:
     model = loop_demo[0] / "checkpoints" / "000"
@@ -124,44 +144,33 @@ def test_tiny_model_chat_template_is_chatml(loop_demo: tuple[Path, str]) -> None
 
 @pytest.mark.slow
 def test_vllm_tokenizes_prompts_exactly_as_the_training_environment(
-    loop_demo: tuple[Path, str], real_tools: Any
+    loop_demo: tuple[Path, str], real_tools: Any, served_side: dict[str, Any]
 ) -> None:
     """The two environments run different transformers (5.6 and 5.19): the served model
     must see the token ids it was trained on, numbers (coordinates, ports) included.
 
-    vLLM's server tokenizes with ``vllm.tokenizers.get_tokenizer``; it is called here in
-    the vLLM environment on the checkpoint the loop trained (and served in its iteration
-    1), without a second server start (a minute of CI's budget)."""
+    vLLM's server tokenizes with ``vllm.tokenizers.get_tokenizer``; it is called in the
+    vLLM environment on the checkpoint the loop trained (and served in its iteration 1),
+    without a second server start (a minute of CI's budget)."""
     model = loop_demo[0] / "checkpoints" / "000"
     assert checkpoint_weights(model)
-    text = "Task: 38043 @(151,189)\nURL: http://shop.localhost:41234/\nAction: click(72, 27)"
-    encode = (
-        "import json, sys; from {module} import {name}; t = {loader}(sys.argv[1]); "
+    trainer_side = (
+        "import json, sys; from transformers import AutoTokenizer; "
+        "t = AutoTokenizer.from_pretrained(sys.argv[1]); "
         "print(json.dumps(t.encode(sys.argv[2], add_special_tokens=False)))"
     )
-    vllm_side = encode.format(
-        module="vllm.tokenizers", name="get_tokenizer", loader="get_tokenizer"
-    )
-    trainer_side = encode.format(
-        module="transformers", name="AutoTokenizer", loader="AutoTokenizer.from_pretrained"
-    )
-    served = _run_in(real_tools.vllm_python, vllm_side, str(model), text)
-    trained = _run_in(real_tools.train_python, trainer_side, str(model), text)
-    assert json.loads(served) == json.loads(trained)
-    assert len(json.loads(served)) > 10
+    trained = _run_in(real_tools.train_python, trainer_side, str(model), _PROBE)
+    assert served_side["ids"] == json.loads(trained)
+    assert len(served_side["ids"]) > 10
 
 
 @pytest.mark.slow
 def test_vllm_refuses_images_for_a_text_model_with_the_words_rollouts_look_for(
-    real_tools: Any,
+    served_side: dict[str, Any],
 ) -> None:
     """A screenshot rollout against a text-only model is one line and exit status 2
     (``tests/rollouts/test_collector_cli.py``, against a server that answers as vLLM
     does). That test's premise is checked here against the installed vLLM: its refusal
-    still says ``<model> is not a multimodal model``."""
-    script = (
-        "import inspect, sys; import vllm.multimodal.registry as r; "
-        "print(repr(sys.argv[1] + '\"' in inspect.getsource(r)))"
-    )
-    # The f-string vLLM raises: f"{model_name} is not a multimodal model"
-    assert _run_in(real_tools.vllm_python, script, _TEXT_ONLY_MODEL) == "True"
+    still says ``<model> is not a multimodal model`` (the f-string vLLM raises:
+    ``f"{model_name} is not a multimodal model"``)."""
+    assert served_side["refusal"] is True

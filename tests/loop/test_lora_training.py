@@ -33,15 +33,15 @@ def test_two_adapters_trained_one_after_the_other_and_served_without_a_restart(
         "iterations": 3,
         "tasks": "miniwob:click-test",
         "train_seeds": "0-99",
-        "seeds_per_iteration": 2,
-        "evaluation": {"seeds": "5000-5001"},
+        "seeds_per_iteration": 1,
+        "evaluation": {"seeds": "5000-5000"},
         "tools_dir": str(real_tools.tools_dir),
         "bootstrap": {"repeats": 2},
         "model": {
             "tiny": {"layers": 1, "hidden": 64, "heads": 1, "vocab": 400},
             "evaluate_untrained": False,
         },
-        "rollout": {"workers": 2, "viewport": [400, 300], "max_steps": {"easy": 1}},
+        "rollout": {"workers": 1, "viewport": [400, 300], "max_steps": {"easy": 1}},
         "policy": {"max_tokens": 24},
         "train": {
             "final": False,

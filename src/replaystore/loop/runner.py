@@ -718,7 +718,7 @@ class LoopRunner:
             seconds = self.server.start(served, name, log_path=log, stage=stage)
             self.serving_base = served
             self.served_name = name
-            how = self.rel(served) if merged is None else f"{self.rel(merged)} (merged)"
+            how = str(self.rel(served)) if merged is None else f"{self.rel(merged)} (merged)"
         self.serving = model
         self.journal.finish(
             k,
