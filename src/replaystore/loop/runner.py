@@ -70,6 +70,7 @@ from .tools import (
     is_adapter,
     make_tiny_model,
     merge_adapter,
+    preference_arguments,
     read_losses,
     run_training,
     template_text,
@@ -1169,16 +1170,7 @@ class LoopRunner:
             arguments["eval_dataset"] = f"{DATASET_NAME}_val"
         kind = cfg.train_stage(k)
         if kind != "sft":
-            # LLaMA-Factory's preference stages: the reference model is the one training
-            # starts from (its default, a frozen copy); beta 0.1 is TRL's and LLaMA-Factory's
-            # example value. train.overrides may set pref_beta and the other pref_ keys.
-            # mask_history is SFT's (LLaMA-Factory refuses it for other stages); a
-            # preference record's response is its final reply already.
-            arguments["stage"] = kind
-            arguments.pop("mask_history", None)
-            arguments.setdefault("pref_beta", 0.1)
-            if kind == "dpo":
-                arguments.setdefault("pref_loss", "sigmoid")
+            arguments = preference_arguments(arguments, kind)
         log = self.out / "logs" / f"train-{k:03d}.log"
         stage = f"train (iteration {k})"
         self.report(

@@ -46,6 +46,7 @@ __all__ = [
     "is_adapter",
     "make_tiny_model",
     "merge_adapter",
+    "preference_arguments",
     "read_losses",
     "run_training",
     "template_text",
@@ -508,6 +509,23 @@ def training_arguments(
     args.setdefault("report_to", "none")
     args.setdefault("logging_steps", 1)
     return args
+
+
+def preference_arguments(arguments: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """``arguments`` for LLaMA-Factory's preference stage ``kind`` (``kto`` or ``dpo``).
+
+    The reference model is the one training starts from (LLaMA-Factory's default: a frozen
+    copy, or the base with the adapter off under LoRA); ``pref_beta`` 0.1 is TRL's and
+    LLaMA-Factory's example value, and DPO's loss ``sigmoid``, unless ``arguments`` set
+    them (``train.overrides``). ``mask_history`` is SFT's (LLaMA-Factory refuses it for
+    other stages): a preference record's response is its final reply already.
+    """
+    out = {**arguments, "stage": kind}
+    out.pop("mask_history", None)
+    out.setdefault("pref_beta", 0.1)
+    if kind == "dpo":
+        out.setdefault("pref_loss", "sigmoid")
+    return out
 
 
 @dataclass(slots=True)
