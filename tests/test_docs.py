@@ -224,6 +224,14 @@ def _run_python(block: Block, namespace: dict[str, Any]) -> None:
 _DEMO_CACHE: list[Path] = []
 
 
+def _copy(source: Path, target: Path) -> None:
+    """A folder with everything in it, or a file."""
+    if source.is_dir():
+        shutil.copytree(source, target)
+    else:
+        shutil.copy2(source, target)
+
+
 def _run_demo_once(argv: list[str], run: Any) -> int:
     """Run ``argv`` (a ``replaystore demo`` command) in the working directory, or, when the
     same command already ran in this session (in any worker), copy what it wrote here.
@@ -239,7 +247,7 @@ def _run_demo_once(argv: list[str], run: Any) -> int:
         fcntl.flock(lock, fcntl.LOCK_EX)  # the other workers wait for the first run
         if (kept / "done").exists():
             for entry in (kept / "files").iterdir():
-                shutil.copytree(entry, Path.cwd() / entry.name)
+                _copy(entry, Path.cwd() / entry.name)
             return 0
         before = set(os.listdir("."))
         status = run()
@@ -247,7 +255,7 @@ def _run_demo_once(argv: list[str], run: Any) -> int:
             shutil.rmtree(kept, ignore_errors=True)
             (kept / "files").mkdir(parents=True)
             for name in sorted(set(os.listdir(".")) - before):
-                shutil.copytree(name, kept / "files" / name)
+                _copy(Path(name), kept / "files" / name)
             (kept / "done").write_text(shlex.join(argv))
         return status
 

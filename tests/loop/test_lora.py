@@ -99,6 +99,9 @@ def test_adapters_go_on_training_and_are_loaded_into_one_running_server(
     journal = json.loads((run / "journal.json").read_text())
     served = [it["stages"].get("serve", {}).get("served_as") for it in journal["iterations"]]
     assert served == [None, "policy-000", "policy-001"]
+    serve = [it["stages"].get("serve", {}) for it in journal["iterations"]]
+    assert serve[1]["log"] == "logs/lora-001.log" and serve[1]["server_log"] == "logs/serve-001.log"
+    assert serve[2]["log"] == "logs/lora-002.log" and "server_log" not in serve[2]
     summary = json.loads((run / "summary.json").read_text())
     assert [r["policy"] for r in summary["iterations"]] == ["demonstrations", "model", "model"]
     stored = TrajectoryStorage(run / "storage")

@@ -702,12 +702,14 @@ class LoopRunner:
                     f"iteration {k}: merged the adapter {self.rel(model)} into "
                     f"{self.rel(merged)} ({merge_seconds:.1f} s)"
                 )
+        started: dict[str, Any] = {}  # the server's log, when this stage started it
         if adapter and merged is None and isinstance(self.server, VllmServer):
             assert isinstance(model, Path)
             seconds = 0.0
             if self.server.base_url is None or self.serving_base != self.initial_model:
                 seconds += self.server.start(self.initial_model, name, log_path=log, stage=stage)
                 self.serving_base = self.initial_model
+                started["server_log"] = self.rel(log)
             self.served_name = f"{name}-{model.name}"
             # The requests and vLLM's answers go to a log of their own: the server's log is
             # its child's output, written at the child's own offset.
@@ -728,6 +730,7 @@ class LoopRunner:
             checkpoint=self.rel(model),
             log=self.rel(log),
             served_as=self.served_name,
+            **started,
             **({"merged": self.rel(merged)} if merged is not None else {}),
         )
         self.report(f"iteration {k}: serving {how} (ready in {seconds:.1f} s)")
