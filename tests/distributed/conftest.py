@@ -1,4 +1,6 @@
-"""One real local Ray runtime per test module (``ray.init(num_cpus=2)``, small object store)."""
+"""One real local Ray runtime per test process (``ray.init(num_cpus=2)``, small object
+store), started by the first test that asks for it and shut down at the session's end:
+starting one takes seconds, and every test terminates the actors it created."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip('Ray is not installed (pip install "replaystore[ray]")', allow_module_level=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def ray_session() -> Iterator[Any]:
     import ray
 

@@ -30,9 +30,13 @@ Environment knobs (read by the fake tools at each call): ``FAKE_TRAIN_SLEEP``,
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 _COMMON = """
 import json, os, sys, time
@@ -243,3 +247,32 @@ def make_fake_model(directory: Path) -> Path:
     (directory / "config.json").write_text(json.dumps({"model_type": "fake"}))
     (directory / "model.safetensors").write_bytes(b"fake base weights")
     return directory
+
+
+def loop_command(
+    cwd: Path,
+    config: dict[str, Any] | None = None,
+    *args: str,
+    env: dict[str, str] | None = None,
+    base_env: dict[str, str] | None = None,
+    timeout: float = 240,
+) -> subprocess.CompletedProcess[str]:
+    """``replaystore loop --config loop.yaml ARGS`` in ``cwd``, as a user runs it: a
+    child process whose output is captured, its exit status left to the test.
+
+    ``config`` (when given) is written to ``cwd/loop.yaml`` first; ``env`` is added to
+    ``base_env`` (default: this process's environment); ``args`` follow the config
+    (``--resume``, ``--out``).
+    """
+    cwd = Path(cwd)
+    if config is not None:
+        (cwd / "loop.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    return subprocess.run(
+        [sys.executable, "-m", "replaystore.cli", "loop", "--config", "loop.yaml", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**(os.environ if base_env is None else base_env), **(env or {})},
+        cwd=cwd,
+        check=False,
+    )

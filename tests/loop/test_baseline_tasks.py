@@ -5,16 +5,11 @@ anti-bot site), not all 16."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-
-import yaml
 
 from replaystore.trajectories.storage import TrajectoryStorage
 
-from .fake_tools import make_fake_model, make_fake_tools
+from .fake_tools import loop_command, make_fake_model, make_fake_tools
 
 
 def test_the_untrained_model_plays_the_tasks_left_after_the_blocklist(
@@ -26,26 +21,17 @@ def test_the_untrained_model_plays_the_tasks_left_after_the_blocklist(
         "tools_dir": str(make_fake_tools(tmp_path)),
         "bootstrap": {"source": "scripted"},
         "model": {"path": str(make_fake_model(tmp_path / "base")), "evaluate_untrained": True},
-        # Two steps are enough to meet the wall (its first page) and keep the test short.
+        # One step is enough to meet the wall (its first page) and keeps the test short.
         "rollout": {
             "workers": 4,
             "viewport": [400, 300],
-            "max_steps": {"easy": 2, "medium": 2, "hard": 2},
+            "max_steps": {"easy": 1, "medium": 1, "hard": 1},
         },
         "serve": {"startup_timeout_s": 30.0},
         "policy": {"max_retries": 0},
-        "train": {"final": True},
+        "train": {"final": False},
     }
-    (tmp_path / "loop.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "replaystore.cli", "loop", "--config", "loop.yaml"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "FAKE_TASKS": str(tmp_path / "run" / "tasks.jsonl")},
-        cwd=tmp_path,
-        check=False,
-    )
+    done = loop_command(tmp_path, config, env={"FAKE_TASKS": str(tmp_path / "run" / "tasks.jsonl")})
     assert done.returncode == 0, done.stdout + done.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["iterations"][0]["num_tasks"] == 16  # the demonstrations met the wall

@@ -8,18 +8,15 @@ iteration 0, the server fails when iteration 1 serves, before any rollout.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-import yaml
 from PIL import Image
 
 from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
 from replaystore.trajectories.storage import TrajectoryStorage
 
-from .fake_tools import make_fake_model, make_fake_tools, read_calls
+from .fake_tools import loop_command, make_fake_model, make_fake_tools, read_calls
 
 
 def demonstrations(root: Path, n: int = 2) -> Path:
@@ -72,17 +69,7 @@ def run_loop(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess
         "serve": {"startup_timeout_s": 30.0},
         "policy": {"max_retries": 0},
     }
-    path = tmp_path / "loop.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    return subprocess.run(
-        [sys.executable, "-m", "replaystore.cli", "loop", "--config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=100,
-        env={**os.environ, **env},
-        cwd=tmp_path,
-        check=False,
-    )
+    return loop_command(tmp_path, config, env=env, timeout=100)
 
 
 def failure_lines(result: subprocess.CompletedProcess[str]) -> list[str]:

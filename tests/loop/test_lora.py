@@ -8,9 +8,6 @@ export``. The real tools run the same loop in tests/loop/test_lora_training.py (
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +24,7 @@ from replaystore.loop.tools import (
 )
 from replaystore.trajectories.storage import TrajectoryStorage
 
-from .fake_tools import make_fake_model, make_fake_tools, read_calls
+from .fake_tools import loop_command, make_fake_model, make_fake_tools, read_calls
 
 pytest.importorskip("miniwob", reason="the miniwob extra brings the MiniWoB++ pages")
 
@@ -50,16 +47,7 @@ def _loop(tmp_path: Path, chromium: str | None, **more: Any) -> dict[str, Any]:
     }
     for section, values in more.items():
         config[section] = {**config.get(section, {}), **values}
-    (tmp_path / "loop.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "replaystore.cli", "loop", "--config", "loop.yaml"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        cwd=tmp_path,
-        check=False,
-    )
+    done = loop_command(tmp_path, config, env={"OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
     return {"out": done.stdout, "calls": read_calls(tmp_path), "run": tmp_path / "run"}
 

@@ -13,9 +13,6 @@ tests/loop/test_preference_training.py."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +22,7 @@ import yaml
 from replaystore.loop.tools import read_losses
 from replaystore.trajectories.storage import TrajectoryStorage
 
+from .fake_tools import loop_command
 from .test_preference_stage import _attempts
 
 pytestmark = pytest.mark.slow
@@ -62,16 +60,7 @@ def test_a_kto_adapter_then_an_sft_one_trained_on_from_it_served_without_a_resta
             },
         },
     }
-    (tmp_path / "loop.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "replaystore.cli", "loop", "--config", "loop.yaml"],
-        capture_output=True,
-        text=True,
-        timeout=540,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        cwd=tmp_path,
-        check=False,
-    )
+    done = loop_command(tmp_path, config, env={"OMP_NUM_THREADS": "1"}, timeout=540)
     run = tmp_path / "run"
     logs = "".join(p.read_text()[-2000:] for p in sorted((run / "logs").glob("*.log")))
     assert done.returncode == 0, done.stdout + done.stderr + logs

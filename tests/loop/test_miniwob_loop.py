@@ -7,18 +7,14 @@ The real tools run the same loop in tests/demos/test_miniwob_demo.py (slow)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from PIL import Image
 
 from replaystore.trajectories.storage import TrajectoryStorage
 
-from .fake_tools import make_fake_model, make_fake_tools
+from .fake_tools import loop_command, make_fake_model, make_fake_tools
 
 pytest.importorskip("miniwob", reason="the miniwob extra brings the MiniWoB++ pages")
 
@@ -46,21 +42,17 @@ def test_every_policy_is_measured_on_one_held_out_set_it_never_trained_on(
         "tools_dir": str(make_fake_tools(tmp_path)),
         "bootstrap": {"source": "scripted", "repeats": 2},
         "model": {"path": str(make_fake_model(tmp_path / "base")), "evaluate_untrained": True},
-        "rollout": {"workers": 2, "viewport": [400, 300], "max_steps": {"easy": 2}},
+        "rollout": {
+            "workers": 2,
+            "viewport": [400, 300],
+            "max_steps": {"easy": 2},
+            "settle_s": 0.05,  # MiniWoB++ pages do not navigate (as the MiniWoB demo)
+        },
         "serve": {"startup_timeout_s": 30.0},
         "policy": {"max_retries": 0},
         "train": {"final": False},
     }
-    (tmp_path / "loop.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "replaystore.cli", "loop", "--config", "loop.yaml"],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        cwd=tmp_path,
-        check=False,
-    )
+    done = loop_command(tmp_path, config, env={"OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stdout + done.stderr
     run = tmp_path / "run"
     summary = json.loads((run / "summary.json").read_text())

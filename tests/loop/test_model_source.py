@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from replaystore.loop.config import model_source
 from replaystore.loop.runner import LoopRunner
 from replaystore.loop.tools import VllmServer, check_hub_model, training_arguments
 
-from .fake_tools import make_fake_model, make_fake_tools, read_calls
+from .fake_tools import loop_command, make_fake_model, make_fake_tools, read_calls
 from .test_failures import demonstrations
 
 HUB_ID = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -86,17 +85,8 @@ def _loop(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[st
         "model": {"path": HUB_ID, "evaluate_untrained": False},
         "train": {"final": True},
     }
-    (tmp_path / "loop.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
     clean = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    return subprocess.run(
-        [sys.executable, "-m", "replaystore.cli", "loop", "--config", "loop.yaml"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**clean, **env},
-        cwd=tmp_path,
-        check=False,
-    )
+    return loop_command(tmp_path, config, env=env, base_env=clean, timeout=120)
 
 
 def test_a_cached_hub_model_is_trained_from_its_id(tmp_path: Path) -> None:

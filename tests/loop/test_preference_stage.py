@@ -8,9 +8,7 @@ the counts."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ from replaystore.loop import LoopConfig
 from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
 from replaystore.trajectories.storage import TrajectoryStorage
 
-from .fake_tools import make_fake_model, make_fake_tools
+from .fake_tools import loop_command, make_fake_model, make_fake_tools
 
 
 def _attempt(task: Task, answer: str, reward: float, shot: Path) -> list[dict[str, Any]]:
@@ -80,16 +78,7 @@ def _loop(tmp_path: Path, stage: Any, *, with_failures: bool) -> subprocess.Comp
         "model": {"path": str(make_fake_model(tmp_path / "base")), "evaluate_untrained": False},
         "train": {"final": True, "stage": stage, "overrides": {"pref_beta": 0.2}},
     }
-    (tmp_path / "loop.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    return subprocess.run(
-        [sys.executable, "-m", "replaystore.cli", "loop", "--config", "loop.yaml"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ),
-        cwd=tmp_path,
-        check=False,
-    )
+    return loop_command(tmp_path, config, timeout=120)
 
 
 def _trained(tmp_path: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:

@@ -8,25 +8,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
-from .fake_tools import make_fake_model, make_fake_tools, read_calls
+from .fake_tools import loop_command, make_fake_model, make_fake_tools, read_calls
 from .test_failures import demonstrations
 
 
 def loop(tmp_path: Path, *extra: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "replaystore.cli", "loop", "--config", "loop.yaml", *extra],
-        capture_output=True,
-        text=True,
-        timeout=100,
-        env={**os.environ, **env},
-        cwd=tmp_path,
-        check=False,
-    )
+    return loop_command(tmp_path, None, *extra, env=env, timeout=100)
 
 
 def test_a_checkpoint_renamed_before_the_journal_is_kept_with_its_losses(tmp_path):

@@ -10,9 +10,7 @@ the change.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,23 +22,14 @@ from replaystore.loop import LoopConfig
 from replaystore.loop.config import resume_changes
 from replaystore.loop.journal import Journal
 
-from .fake_tools import make_fake_model, make_fake_tools, read_calls
+from .fake_tools import loop_command, make_fake_model, make_fake_tools, read_calls
 from .test_failures import demonstrations
 
 SUITE_TASKS = Path(replaystore.rollouts.sites.__file__).parent / "tasks.jsonl"
 
 
 def loop(tmp_path: Path, config: dict, *extra: str) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "loop.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    return subprocess.run(
-        [sys.executable, "-m", "replaystore.cli", "loop", "--config", "loop.yaml", *extra],
-        capture_output=True,
-        text=True,
-        timeout=200,
-        env={**os.environ, "FAKE_TASKS": str(SUITE_TASKS)},
-        cwd=tmp_path,
-        check=False,
-    )
+    return loop_command(tmp_path, config, *extra, env={"FAKE_TASKS": str(SUITE_TASKS)}, timeout=200)
 
 
 def first_run(tmp_path: Path) -> dict:

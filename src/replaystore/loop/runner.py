@@ -235,7 +235,14 @@ class LoopRunner:
         if isinstance(source, str):  # a hub id: cached or reachable, before anything runs
             check_hub_model(source)
         self.journal = Journal.open(self.out, resume=self.resume, config=cfg)
-        needs_model = n > 1 or not cfg.uses_demonstrations or cfg["train"]["final"]
+        # A model is served unless only the demonstrations act: a later iteration, a
+        # final training, or the untrained model's baseline (iteration 0) all serve one.
+        needs_model = (
+            n > 1
+            or not cfg.uses_demonstrations
+            or cfg["train"]["final"]
+            or cfg["model"]["evaluate_untrained"]
+        )
         self.tools = find_tools(
             cfg.tools_dir,
             train_command=cfg["train"]["command"],
