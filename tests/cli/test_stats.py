@@ -39,6 +39,27 @@ def test_success_threshold_option_changes_what_counts_as_success(trajectory_stor
     assert json.loads(proc.stdout)["successful_trajectories"] == 0
 
 
+def test_stats_leaves_a_trajectory_storage_as_it_found_it(trajectory_store):
+    """A read-only command: a writer's stale temporary file (an old ``.iteration_*.tmp``)
+    is still there afterwards, and no file of the directory was added or changed."""
+    import os
+
+    stale = trajectory_store / ".iteration_000009.jsonl.abc123.tmp"
+    stale.write_bytes(b"a writer's unfinished file")
+    os.utime(stale, (1_000_000_000, 1_000_000_000))  # far older than STALE_TEMP_AGE_S
+
+    def listing() -> dict[str, tuple[int, int]]:
+        return {
+            p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in trajectory_store.iterdir()
+        }
+
+    before = listing()
+    for argv in (("stats", trajectory_store), ("stats", trajectory_store, "--json")):
+        proc = run_cli(*argv)
+        assert proc.returncode == 0, proc.stderr
+    assert listing() == before
+
+
 def test_sqlite_store_summary_counts_rows_tasks_and_agents(sqlite_store):
     summary = stats_json(sqlite_store)
     assert summary["kind"] == "sqlite_experience_store"

@@ -59,7 +59,7 @@ def detect(path: Path) -> tuple[str, Path]:
             return "transitions_checkpoint", checkpoints[0]
         from replaystore.trajectories.storage import TrajectoryStorage
 
-        if TrajectoryStorage(path).files():
+        if TrajectoryStorage(path, stale_temp_age_s=None).files():  # read-only
             return "trajectory_storage", path
         raise UsageError(
             f"{path} is a directory with no trajectory iteration files (iteration_*.jsonl), "
@@ -91,7 +91,9 @@ def detect(path: Path) -> tuple[str, Path]:
 def _trajectory_stats(path: Path, success_threshold: float) -> dict[str, Any]:
     from replaystore.trajectories.storage import TrajectoryStorage
 
-    stats = TrajectoryStorage(path).stats(success_threshold=success_threshold)
+    # stale_temp_age_s=None: a read-only command leaves a writer's temporaries alone.
+    storage = TrajectoryStorage(path, stale_temp_age_s=None)
+    stats = storage.stats(success_threshold=success_threshold)
     stats["root"] = str(path.resolve())
     valid = stats["total_trajectories"] - stats["dummy_trajectories"]
     stats["success_rate"] = stats["successful_trajectories"] / valid if valid else 0.0
