@@ -149,7 +149,7 @@ def test_sharded_batch_beyond_the_error_range_goes_on_in_parts(ray_session: Any)
     ray = ray_session
     buf = ShardedReplayBuffer(2, 50, sampler="prioritized", seed=1, rate_limiter=_ratio())
     try:
-        ref, _ = buf._submit("add_batch", _rows(12))  # what a BatchingWriter sends
+        ref, _ = buf.submit_add_batch(_rows(12))  # what a BatchingWriter sends
         for _ in range(8):
             buf.sample_batch(1, timeout=30)  # each sample frees one insert on shard 0
         ray.get(ref, timeout=30)

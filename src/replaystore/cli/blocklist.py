@@ -32,7 +32,7 @@ def add_arguments(parser: Parser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """List, remove or clear blocklist entries; returns the exit status."""
-    from replaystore.pipeline.blocklist import Blocklist, _entry_site
+    from replaystore.pipeline.blocklist import Blocklist, entry_site
 
     target = Path(args.file)
     if target.is_dir() and not (target / "blocklist.jsonl").exists():
@@ -42,8 +42,8 @@ def run(args: argparse.Namespace) -> int:
     blocklist = Blocklist(target)
     if args.action == "list":
         entries = blocklist.entries(include_expired=args.all)
-        for site in sorted({_entry_site(e) for e in entries}):
-            times = [e.get("blocked_at", "?") for e in entries if _entry_site(e) == site]
+        for site in sorted({entry_site(e) for e in entries}):
+            times = [e.get("blocked_at", "?") for e in entries if entry_site(e) == site]
             print(f"{site}\t{len(times)} entries, last {max(map(str, times))}")
         if not entries:
             print(f"no {'entries' if args.all else 'blocked sites'} in {blocklist.path}")

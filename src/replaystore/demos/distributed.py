@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from replaystore.demos.transitions import SOLVED_RETURN, WINDOW, DQNConfig, _plot, _q_network
+from replaystore.demos.transitions import SOLVED_RETURN, WINDOW, DQNConfig, plot_returns, q_network
 
 __all__ = ["CartPoleActor", "run"]
 
@@ -53,7 +53,7 @@ class CartPoleActor:
 
         torch.set_num_threads(1)
         self.env = gym.make("CartPole-v1")
-        self.q = _q_network(4, 2, hidden)
+        self.q = q_network(4, 2, hidden)
         self.rng = np.random.default_rng(seed)
         self.writer = BatchingWriter(buffer, batch_size=64, max_delay_s=0.05, max_in_flight=4)
         self.obs, _ = self.env.reset(seed=seed)
@@ -155,7 +155,7 @@ def run(out: Path, quick: bool, *, num_actors: int = 2, num_shards: int = 2) -> 
     actors = [actor_cls.remote(buf, cfg.seed + 1 + i, cfg.hidden) for i in range(num_actors)]
     try:
         torch.manual_seed(cfg.seed)
-        q = _q_network(4, 2, cfg.hidden)
+        q = q_network(4, 2, cfg.hidden)
         target = copy.deepcopy(q)
         optim = torch.optim.Adam(q.parameters(), lr=cfg.lr)
         returns: list[float] = []
@@ -224,7 +224,7 @@ def run(out: Path, quick: bool, *, num_actors: int = 2, num_shards: int = 2) -> 
     title = f"Ape-X style Double DQN on Ray: {num_actors} actors, {num_shards} shards"
     if quick:
         title += "\nquick mode: a smoke run, not meant to reach 195"
-    _plot(returns, curve, title)
+    plot_returns(returns, curve, title)
     if not quick and not solved:
         logger.warning("the distributed DQN demo did not reach an average return of 195")
     note = (

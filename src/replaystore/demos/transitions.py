@@ -110,7 +110,8 @@ QUICK_STEPS = 3_000
 """Environment steps of the quick mode, split evenly between the 1-step and the n-step run."""
 
 
-def _q_network(obs_dim: int, n_actions: int, hidden: int) -> nn.Module:
+def q_network(obs_dim: int, n_actions: int, hidden: int) -> nn.Module:
+    """The demos' Q-network: two hidden layers of ``hidden`` units, one output per action."""
     return nn.Sequential(
         nn.Linear(obs_dim, hidden),
         nn.ReLU(),
@@ -142,7 +143,7 @@ def train_dqn(
         raise TypeError(f"CartPole-v1 spaces: {obs_space} / {act_space}; expected Box / Discrete")
     obs_dim = obs_space.shape[0]
     n_actions = int(act_space.n)
-    q = _q_network(obs_dim, n_actions, cfg.hidden)
+    q = q_network(obs_dim, n_actions, cfg.hidden)
     target = copy.deepcopy(q)
     optim = torch.optim.Adam(q.parameters(), lr=cfg.lr)
     buf = ReplayBuffer(
@@ -260,7 +261,7 @@ def _save_png(fig: Any, path: Path) -> None:
     atomic_write_bytes(path, png.getvalue())
 
 
-def _plot(returns: list[float], path: Path, title: str) -> None:
+def plot_returns(returns: list[float], path: Path, title: str) -> None:
     """One run's returns per episode and their moving average (the distributed demo's curve)."""
     import matplotlib
 

@@ -322,9 +322,10 @@ class RemoteBuffer:
     def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return _unpack(get(self._method(name).remote(name, args, kwargs), self._what))
 
-    def _submit(self, name: str, *args: Any) -> Any:
-        """Start a call without waiting; returns its ObjectRef (used by the batching writer)."""
-        return self._method(name).remote(name, args, {})
+    def submit_add_batch(self, batch: Any) -> tuple[Any, str]:
+        """Start ``add_batch(batch)`` in the actor without waiting: ``(ObjectRef, label)``,
+        the label naming the actor in errors (what :class:`BatchingWriter` sends)."""
+        return self._method("add_batch").remote("add_batch", (batch,), {}), self._what
 
     def terminate(self) -> None:
         """Kill the actor (its buffer is lost unless saved); detached ones too.

@@ -496,10 +496,9 @@ class ShardedReplayBuffer:
 
     # ------------------------------------------------------------------ adds
 
-    def _submit(self, name: str, batch: Mapping[str, Any]) -> tuple[Any, str]:
-        """Send one batch to the next shard (round-robin) without waiting: (ObjectRef, label)."""
-        if name != "add_batch":
-            raise ArgumentError(f"only add_batch can be submitted, not {name!r}")
+    def submit_add_batch(self, batch: Mapping[str, Any]) -> tuple[Any, str]:
+        """Send one batch to the next shard (round-robin) without waiting: ``(ObjectRef,
+        label)``, the label naming the shard in errors (what :class:`BatchingWriter` sends)."""
         shard = self._next
         self._next = (shard + 1) % len(self._actors)
         return self._add_method(shard).remote(batch), self._what(shard)

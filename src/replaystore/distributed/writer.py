@@ -57,7 +57,7 @@ class BatchingWriter:
             raise ArgumentError(f"max_in_flight must be an integer >= 1, got {max_in_flight!r}")
         if not isinstance(max_delay_s, int | float) or not max_delay_s > 0:
             raise ArgumentError(f"max_delay_s must be a number > 0, got {max_delay_s!r}")
-        if not hasattr(target, "_submit"):
+        if not hasattr(target, "submit_add_batch"):
             raise ArgumentError(
                 f"target must be a RemoteBuffer or ShardedReplayBuffer, got {type(target).__name__}"
             )
@@ -115,7 +115,7 @@ class BatchingWriter:
     def _send(self, batch: dict[str, np.ndarray]) -> None:
         if len(self._in_flight) >= self.max_in_flight:
             self._wait(len(self._in_flight) - self.max_in_flight + 1)
-        ref, what = _submit(self.target, batch)
+        ref, what = self.target.submit_add_batch(batch)
         self._in_flight.append((ref, what))
         self.sent += len(next(iter(batch.values()))) if batch else 0
 
@@ -156,10 +156,3 @@ def _as_numpy(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
     return value
-
-
-def _submit(target: Any, batch: dict[str, np.ndarray]) -> tuple[Any, str]:
-    out = target._submit("add_batch", batch)
-    if isinstance(out, tuple):
-        return out
-    return out, target._what

@@ -30,7 +30,7 @@ from replaystore.experience.sampling import (
     RandomTaskSample,
     Sampler,
     TaskBatchSampler,
-    _old_name,
+    deprecated_task_sampler,
 )
 from replaystore.experience.storage import (
     InMemoryStorage,
@@ -76,7 +76,7 @@ def __getattr__(name: str) -> Any:
 
         return PostgresStorage
     if name == "TaskSampler":  # the old name of TaskBatchSampler (a DeprecationWarning)
-        return _old_name(stacklevel=2)
+        return deprecated_task_sampler(stacklevel=2)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -190,7 +190,7 @@ class DefaultConverter(Converter):
         return task_experience
 
 
-def _old_name(stacklevel: int) -> type[TaskBatchSampler]:
+def deprecated_task_sampler(stacklevel: int) -> type[TaskBatchSampler]:
     """TaskBatchSampler, asked for by its old name: warns once per call site."""
     warnings.warn(
         "replaystore.experience.TaskSampler is deprecated: the class is TaskBatchSampler "
@@ -205,5 +205,5 @@ def _old_name(stacklevel: int) -> type[TaskBatchSampler]:
 
 def __getattr__(name: str) -> Any:
     if name == "TaskSampler":
-        return _old_name(stacklevel=2)
+        return deprecated_task_sampler(stacklevel=2)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -265,11 +265,12 @@ def domain_is_blocked(domain: str, blocked: set[str] | frozenset[str]) -> bool:
     return any(suffix in blocked for suffix in _suffixes(domain))
 
 
-def _iso_utc(timestamp: float) -> str:
+def iso_utc(timestamp: float) -> str:
+    """``timestamp`` (seconds since the epoch) as an ISO 8601 UTC time, as entries store it."""
     return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).isoformat()
 
 
-def _entry_time(entry: dict[str, Any]) -> float | None:
+def entry_time(entry: dict[str, Any]) -> float | None:
     """Seconds since the epoch of an entry, or None when it has no readable time."""
     value = entry.get("timestamp")
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
@@ -387,7 +388,7 @@ class Blocklist:
         return entries
 
     def _is_active(self, entry: dict[str, Any], now: float, duration_s: float) -> bool:
-        at = _entry_time(entry)
+        at = entry_time(entry)
         return at is not None and now < at + duration_s
 
     # -- public API ----------------------------------------------------------------
@@ -431,7 +432,7 @@ class Blocklist:
             "domain": domain,
             "url": url,
             "timestamp": now,
-            "blocked_at": _iso_utc(now),
+            "blocked_at": iso_utc(now),
             "task_id": task_id,
             "screenshot_path": None if screenshot_path is None else os.fspath(screenshot_path),
         }
@@ -482,7 +483,7 @@ class Blocklist:
     def get_blocked_sites(self) -> list[str]:
         """The sites of the unexpired entries, sorted (:func:`normalize_site` form;
         an entry with only a domain gives its domain)."""
-        return sorted({_entry_site(e) for e in self.entries()})
+        return sorted({entry_site(e) for e in self.entries()})
 
     def rules(self) -> list[SiteRule]:
         """What the unexpired entries block, one :class:`SiteRule` each."""
@@ -600,7 +601,7 @@ class Blocklist:
             "expired_entries": expired,
             "blocked_domains": sorted(active),
             "blocked_sites": sorted(
-                {_entry_site(e) for e in everything if self._is_active(e, now, duration)}
+                {entry_site(e) for e in everything if self._is_active(e, now, duration)}
             ),
         }
 
@@ -612,7 +613,8 @@ class Blocklist:
         return isinstance(url, str) and self.is_website_blocked(url)
 
 
-def _entry_site(entry: dict[str, Any]) -> str:
+def entry_site(entry: dict[str, Any]) -> str:
+    """The site an entry blocks: its ``site`` (a rule), else its ``domain`` (WebGym's key)."""
     site = entry.get("site")
     return site if isinstance(site, str) else str(entry["domain"])
 

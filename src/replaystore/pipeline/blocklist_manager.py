@@ -19,8 +19,8 @@ from replaystore.errors import StorageError
 from replaystore.pipeline.blocklist import (
     DEFAULT_FILE_NAME,
     Blocklist,
-    _entry_time,
-    _iso_utc,
+    entry_time,
+    iso_utc,
     normalize_domain,
 )
 
@@ -94,7 +94,7 @@ class BlocklistManager(Blocklist):
             "domain": domain,
             "url": url,
             "timestamp": now,
-            "blocked_at": _iso_utc(now),
+            "blocked_at": iso_utc(now),
             "task_id": task_id,
             "screenshot_path": None if screenshot_path is None else os.fspath(screenshot_path),
         }
@@ -113,7 +113,7 @@ class BlocklistManager(Blocklist):
 
     def _get_current_timestamp(self) -> str:
         """Now (from ``clock``) as ISO 8601 UTC text: the form stored in ``blocked_at``."""
-        return _iso_utc(float(self.clock()))
+        return iso_utc(float(self.clock()))
 
     def _is_timestamp_expired(self, timestamp_str: str) -> bool:
         """Whether an entry recorded at ``timestamp_str`` (ISO 8601) no longer blocks.
@@ -121,7 +121,7 @@ class BlocklistManager(Blocklist):
         A naive time is local time (WebGym's form); unreadable text counts as
         expired, as in WebGym.
         """
-        at = _entry_time({"blocked_at": timestamp_str})
+        at = entry_time({"blocked_at": timestamp_str})
         if at is None:
             return True
         return float(self.clock()) >= at + float(self.block_duration_hours) * 3600.0
