@@ -72,7 +72,7 @@ def measure_pair(
             os.environ.pop("REPLAYSTORE_NSTEP", None)
         else:
             os.environ["REPLAYSTORE_NSTEP"] = previous
-    used = multi._sampler.nstep.backend  # which path computed the entries
+    used = multi._gatherer.nstep.backend  # which path computed the entries
     times = {"plain": [], "nstep": []}
     for _ in range(ROUNDS):  # alternate rounds: a burst of other work hits both alike
         times["plain"].append(median_seconds(lambda: plain.sample_batch(BATCH), repeats, 50))

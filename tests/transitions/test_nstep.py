@@ -515,7 +515,7 @@ def test_kernel_refuses_mismatched_buffers_and_positions_outside_the_ring():
 def test_closing_or_resetting_the_buffer_lets_go_of_its_columns(storage):
     buf = ReplayBuffer("cpu", "cpu", 8, storage=storage, n_step=2)
     buf.add_batch(episodes(np.random.default_rng(0), 5))
-    reader = buf._sampler.nstep
+    reader = buf._gatherer.nstep
     assert reader is not None and reader._columns
     buf.reset()
     assert not reader._columns and reader._plan is None and reader._arrays is None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from replaystore.transitions.sampler import EpochSchedule, TransitionSampler
+from replaystore.transitions.sampler import BatchGatherer, EpochSchedule
 
 CPU = torch.device("cpu")
 
 
-def _drain(schedule: EpochSchedule, size: int, sampler: TransitionSampler) -> list[list[int]]:
+def _drain(schedule: EpochSchedule, size: int, sampler: BatchGatherer) -> list[list[int]]:
     batches = []
     while (idx := schedule.next_indices(size, sampler)) is not None:
         batches.append(idx.tolist())
@@ -17,7 +17,7 @@ def _drain(schedule: EpochSchedule, size: int, sampler: TransitionSampler) -> li
 
 
 def test_schedule_hands_out_every_position_once_per_epoch_then_is_exhausted() -> None:
-    sampler = TransitionSampler(CPU, CPU, seed=0)
+    sampler = BatchGatherer(CPU, CPU, seed=0)
     schedule = EpochSchedule(batch_size=4, n_epochs=3, shuffle=True, drop_last=False)
     batches = _drain(schedule, 10, sampler)
     assert [len(b) for b in batches] == [4, 4, 2] * 3
@@ -28,7 +28,7 @@ def test_schedule_hands_out_every_position_once_per_epoch_then_is_exhausted() ->
 
 
 def test_schedule_with_drop_last_skips_partial_batches_and_empty_epochs() -> None:
-    sampler = TransitionSampler(CPU, CPU, seed=0)
+    sampler = BatchGatherer(CPU, CPU, seed=0)
     schedule = EpochSchedule(batch_size=4, n_epochs=2, shuffle=False, drop_last=True)
     assert _drain(schedule, 10, sampler) == [[0, 1, 2, 3], [4, 5, 6, 7]] * 2
     too_few = EpochSchedule(batch_size=4, n_epochs=5, shuffle=True, drop_last=True)
@@ -36,7 +36,7 @@ def test_schedule_with_drop_last_skips_partial_batches_and_empty_epochs() -> Non
 
 
 def test_an_epoch_permutes_the_items_stored_when_it_starts() -> None:
-    sampler = TransitionSampler(CPU, CPU, seed=0)
+    sampler = BatchGatherer(CPU, CPU, seed=0)
     schedule = EpochSchedule(batch_size=5, n_epochs=2, shuffle=True, drop_last=False)
     first = schedule.next_indices(5, sampler)  # epoch 1 over 5 items
     assert first is not None and sorted(first.tolist()) == list(range(5))
@@ -47,6 +47,6 @@ def test_an_epoch_permutes_the_items_stored_when_it_starts() -> None:
 def test_same_seed_gives_the_same_schedule() -> None:
     runs = []
     for _ in range(2):
-        sampler = TransitionSampler(CPU, CPU, seed=7)
+        sampler = BatchGatherer(CPU, CPU, seed=7)
         runs.append(_drain(EpochSchedule(3, 2, shuffle=True, drop_last=False), 9, sampler))
     assert runs[0] == runs[1]

@@ -87,11 +87,11 @@ from replaystore.transitions.prioritized import (
 )
 from replaystore.transitions.rate_limiter import RateLimiter
 from replaystore.transitions.sampler import (
+    BatchGatherer,
     EpochIterator,
     EpochSchedule,
     PrioritizedSampler,
     Sampler,
-    TransitionSampler,
     UniformSampler,
     no_priorities,
     require_items,
@@ -342,13 +342,13 @@ class ReplayBuffer:
         self._lock = threading.Lock()
         self._storage: TensorStorage | MemmapStorage | None = None
         self._fields: dict[str, FieldSpec] | None = None
-        self._sampler = TransitionSampler(self.storing_device, self.device, seed)
-        self._sampler.nstep = nstep
+        self._gatherer = BatchGatherer(self.storing_device, self.device, seed)
+        self._gatherer.nstep = nstep
         reserved = () if type(policy) is UniformSampler else _RESERVED
         if nstep is not None:
             reserved = (*reserved, *NSTEP_KEYS, "n_step_terminated")
         self._writer = RingWriter(self._capacity, kernel, self._create, reserved)
-        self._policy = policy
+        self._sampler = policy
         self._adopt(policy)
         # The epochs get_next_batch draws from (None: it samples at random).
         self._epochs: EpochSchedule | None = None
@@ -360,22 +360,22 @@ class ReplayBuffer:
     def _adopt(self, policy: Sampler) -> None:
         """Make ``policy`` the sampler, reset to the capacity; the writer tells it of new rows."""
         policy.reset(self._capacity)
-        self._policy = policy
-        self._sampler.policy = policy
+        self._sampler = policy
+        self._gatherer.policy = policy
         self._writer.priorities = _row_listener(policy)
 
     def _rows_replaced(self) -> None:
         """The stored rows were replaced without the writer (load, reopen): the sampler
         starts over and is told of every stored row, oldest first."""
-        self._adopt(self._policy)
+        self._adopt(self._sampler)
         size = self._writer.size
         if size:
             oldest = self._writer.pointer if size == self._capacity else 0
-            self._policy.on_write(oldest, size)
+            self._sampler.on_write(oldest, size)
 
     def _priority_holder(self) -> PriorityHolder | None:
         """The sampler when it is a built-in one that keeps priorities, else None."""
-        policy = self._policy
+        policy = self._sampler
         if type(policy) is PrioritizedSampler:
             return policy
         if type(policy) is SliceSampler and policy.prioritized:
@@ -435,12 +435,12 @@ class ReplayBuffer:
     def sampler(self) -> str:
         """The sampler's kind: ``"uniform"``, ``"prioritized"``, ``"slice"``, or the class
         name of a user's own sampler (the object: :attr:`sampler_object`)."""
-        return str(getattr(self._policy, "kind", type(self._policy).__name__))
+        return str(getattr(self._sampler, "kind", type(self._sampler).__name__))
 
     @property
     def sampler_object(self) -> Sampler:
         """The :class:`~.sampler.Sampler` that draws the samples (a string names a built-in)."""
-        return self._policy
+        return self._sampler
 
     @property
     def rate_limiter(self) -> RateLimiter | None:
@@ -457,8 +457,8 @@ class ReplayBuffer:
         beta = check_number(value, "beta", minimum=0)
         with self._lock:
             self._beta = beta
-            if hasattr(self._policy, "beta"):
-                self._policy.beta = beta
+            if hasattr(self._sampler, "beta"):
+                self._sampler.beta = beta
 
     def __repr__(self) -> str:
         return (
@@ -482,9 +482,9 @@ class ReplayBuffer:
         self._storage = storage
         self._fields = {f.name: f for f in storage.fields}
         self._writer.bind(storage)
-        self._sampler.bind(storage)
-        if self._sampler.nstep is not None:
-            self._sampler.nstep.bind(storage.columns, storage.arrays)
+        self._gatherer.bind(storage)
+        if self._gatherer.nstep is not None:
+            self._gatherer.nstep.bind(storage.columns, storage.arrays)
         if old is not None and old is not storage:
             old.close()
 
@@ -583,9 +583,9 @@ class ReplayBuffer:
 
     def _drop_storage(self, *, remove_files: bool) -> None:
         self._writer.unbind()  # releases the compiled plan's views of the columns
-        self._sampler.unbind()
-        if self._sampler.nstep is not None:
-            self._sampler.nstep.unbind()  # the kernel's plan holds the columns' buffers
+        self._gatherer.unbind()
+        if self._gatherer.nstep is not None:
+            self._gatherer.nstep.unbind()  # the kernel's plan holds the columns' buffers
         if self._storage is not None:
             self._storage.close()
         if remove_files and self._kind == "memmap":
@@ -597,7 +597,7 @@ class ReplayBuffer:
         self._writer.capacity = self._capacity
         self._writer.reset_cursor()
         self._epochs = None
-        self._adopt(self._policy)
+        self._adopt(self._sampler)
         if self._limiter is not None:
             self._limiter.reset()  # the buffer is empty again
 
@@ -790,7 +790,7 @@ class ReplayBuffer:
         try:
             with self._lock:
                 w = self._writer
-                return self._sampler.sample(n, w.size, w.pointer, self._capacity)
+                return self._gatherer.sample(n, w.size, w.pointer, self._capacity)
         except BaseException:
             if limiter is not None:
                 limiter.cancel_samples(n)  # nothing was drawn
@@ -821,9 +821,9 @@ class ReplayBuffer:
         with self._lock:
             require_items(self._writer.size)
             idx = self._checked_index(indices)
-            nstep = self._sampler.nstep
+            nstep = self._gatherer.nstep
             extra = None if nstep is None else nstep.fields(idx, self._writer.pointer)
-            return self._sampler.gather(idx, extra)
+            return self._gatherer.gather(idx, extra)
 
     def sample_by_index_fields(
         self, indices: Indices, fields: Sequence[str] | str, *, as_tuple: bool = False
@@ -858,7 +858,7 @@ class ReplayBuffer:
                     known = ", ".join(map(repr, self._fields))
                     raise SchemaError(f"unknown field {name!r}; the buffer stores {known}")
             idx = self._checked_index(indices)
-            out = self._sampler.gather_fields(names, idx)
+            out = self._gatherer.gather_fields(names, idx)
         if not as_tuple:
             return batch_tensordict(out, idx.shape[0], self.device)
         tensors = tuple(out[name] for name in names)
@@ -876,7 +876,7 @@ class ReplayBuffer:
         """
         with self._lock:
             require_items(self._writer.size)
-            return self._sampler.gather(self._all_positions(chronological))
+            return self._gatherer.gather(self._all_positions(chronological))
 
     def _all_positions(self, chronological: bool) -> torch.Tensor:
         size = self._writer.size
@@ -911,7 +911,7 @@ class ReplayBuffer:
         priority meant for its predecessor (as in every ring-buffer PER).
         """
         with self._lock:
-            policy = self._policy
+            policy = self._sampler
             if type(policy) is UniformSampler or (
                 type(policy) is SliceSampler and not policy.prioritized
             ):
@@ -1018,12 +1018,12 @@ class ReplayBuffer:
     def _next_epoch_batch(self, schedule: EpochSchedule) -> TensorDict | None:
         """The next batch of ``schedule``, or None once it is exhausted (then dropped)."""
         with self._lock:
-            idx = schedule.next_indices(self._writer.size, self._sampler)
+            idx = schedule.next_indices(self._writer.size, self._gatherer)
             if idx is None:
                 if self._epochs is schedule:
                     self._epochs = None
                 return None
-            return self._sampler.epoch_batch(idx, self._writer.pointer)
+            return self._gatherer.epoch_batch(idx, self._writer.pointer)
 
     def get_next_batch(self, batch_size: int) -> TensorDict:
         """The next batch of the current epochs, or a random batch.
@@ -1046,9 +1046,9 @@ class ReplayBuffer:
             with self._lock:
                 schedule = self._epochs  # read again: another thread may have replaced it
                 if schedule is not None:
-                    idx = schedule.next_indices(self._writer.size, self._sampler)
+                    idx = schedule.next_indices(self._writer.size, self._gatherer)
                     if idx is not None:
-                        return self._sampler.epoch_batch(idx, self._writer.pointer)
+                        return self._gatherer.epoch_batch(idx, self._writer.pointer)
                     self._epochs = None
         return self.sample_batch(batch_size)
 
@@ -1091,7 +1091,7 @@ class ReplayBuffer:
     def _snapshot(self) -> Snapshot:
         assert self._storage is not None
         size = self._writer.size
-        policy = self._policy
+        policy = self._sampler
         if type(policy) in _BUILT_IN_SAMPLERS:
             sampler: dict[str, Any] = policy.settings()  # type: ignore[attr-defined]
         else:  # recorded so that a load can say what it cannot restore
@@ -1102,7 +1102,7 @@ class ReplayBuffer:
         if holder is not None:
             sampler["max_priority"] = holder.max_priority
             priorities = holder.stored_priorities(size)
-        torch_rng, numpy_rng = self._sampler.rng_state()
+        torch_rng, numpy_rng = self._gatherer.rng_state()
         return Snapshot(
             capacity=self._capacity,
             size=size,
@@ -1231,9 +1231,9 @@ class ReplayBuffer:
                 f"checkpoint {path} was saved with a sampler replaystore does not know "
                 f"({what!r}; it knows {', '.join(_SAMPLER_KINDS)}): its state cannot be restored"
             )
-        if type(self._policy) not in _BUILT_IN_SAMPLERS:
+        if type(self._sampler) not in _BUILT_IN_SAMPLERS:
             raise CheckpointError(
-                f"this buffer's sampler {type(self._policy).__qualname__} is not a built-in one: "
+                f"this buffer's sampler {type(self._sampler).__qualname__} is not a built-in one: "
                 f"a checkpoint cannot restore its state (use one of "
                 f"{', '.join(c.__name__ for c in _BUILT_IN_SAMPLERS)}, or a sampler string)"
             )
@@ -1246,7 +1246,7 @@ class ReplayBuffer:
                         f"this buffer uses {name}={mine}"
                     )
         try:
-            rng = self._sampler.check_rng_state(
+            rng = self._gatherer.check_rng_state(
                 snap.torch_rng, snap.numpy_rng, snap.torch_rng_device
             )
         except (RuntimeError, TypeError, ValueError, KeyError) as exc:
@@ -1266,7 +1266,7 @@ class ReplayBuffer:
             self._install(storage)
             self._writer.reset_cursor(snap.size, snap.pointer)
             self._epochs = None
-            self._sampler.set_rng_state(rng)
+            self._gatherer.set_rng_state(rng)
             if self._limiter is not None:
                 self._restore_limiter(snap.rate_limiter, snap.size)
             self._rows_replaced()  # without saved priorities every item gets 1

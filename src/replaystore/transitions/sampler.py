@@ -7,7 +7,7 @@
   (:meth:`Sampler.update_priorities`). Built in: :class:`UniformSampler`,
   :class:`PrioritizedSampler` and :class:`~.slices.SliceSampler`; a user's
   own class with these four methods works too.
-* :class:`TransitionSampler` owns the buffer's seeded generators, asks the
+* :class:`BatchGatherer` owns the buffer's seeded generators, asks the
   policy for positions and gathers those rows of every column into a TensorDict
   on the training device. On CPU storage whose columns all have NumPy views and
   small rows, the draw and the gathers are NumPy calls (``Generator.integers``,
@@ -45,6 +45,7 @@ from replaystore.transitions.prioritized import PriorityIndex, check_stored, sto
 from replaystore.transitions.storage import MemmapStorage, TensorStorage
 
 __all__ = [
+    "BatchGatherer",
     "Draw",
     "EpochIterator",
     "EpochSchedule",
@@ -52,7 +53,6 @@ __all__ = [
     "RingState",
     "RngState",
     "Sampler",
-    "TransitionSampler",
     "UniformSampler",
 ]
 
@@ -275,7 +275,7 @@ class PrioritizedSampler:
         return f"PrioritizedSampler(alpha={self.alpha}, beta={self._beta}, eps={self.eps})"
 
 
-class TransitionSampler:
+class BatchGatherer:
     """Seeded draws of stored positions and gathers of those rows into a batch.
 
     Args:
@@ -575,7 +575,7 @@ class EpochSchedule:
         """Every batch of every epoch has been handed out."""
         return self._order is None and self.epochs_left == 0
 
-    def next_indices(self, size: int, sampler: TransitionSampler) -> torch.Tensor | None:
+    def next_indices(self, size: int, sampler: BatchGatherer) -> torch.Tensor | None:
         """The positions of the next batch, or None when the schedule is exhausted.
 
         ``size`` is the number of stored items now (used when an epoch starts);
