@@ -13,6 +13,9 @@ lock, and checkpoints:
   episodes, or a user's own; epochs) and the gather into a TensorDict on the
   training device.
 
+Its epoch methods are in :mod:`.buffer_epochs`, ``save``/``load`` in
+:mod:`.buffer_checkpoints` (base classes of :class:`ReplayBuffer`).
+
 Data flows one way: add -> writer -> storage <- sampler -> batch.
 
 Concurrency: every public method takes the buffer's lock, so one writer thread
@@ -46,7 +49,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,21 +61,17 @@ from replaystore._tensordict_compat import batch_tensordict
 from replaystore.errors import (
     ArgumentError,
     CheckpointError,
-    ConfigError,
-    EmptyBufferError,
     RateLimitTimeout,
     SchemaError,
     check_choice,
     check_int,
     check_number,
 )
-from replaystore.transitions.checkpoint import (
-    ObjectRLMetadata,
-    Snapshot,
-    read_checkpoint,
-    read_objectrl_metadata,
-    write_checkpoint,
+from replaystore.transitions.buffer_checkpoints import (
+    CheckpointMethods,
+    PriorityHolder,
 )
+from replaystore.transitions.buffer_epochs import EpochMethods
 from replaystore.transitions.nstep import (
     NSTEP_KEYS,
     NStepReader,
@@ -88,7 +87,6 @@ from replaystore.transitions.prioritized import (
 from replaystore.transitions.rate_limiter import RateLimiter
 from replaystore.transitions.sampler import (
     BatchGatherer,
-    EpochIterator,
     EpochSchedule,
     PrioritizedSampler,
     Sampler,
@@ -113,9 +111,6 @@ logger = logging.getLogger(__name__)
 
 Indices = Sequence[int] | torch.Tensor | range | np.ndarray
 _RESERVED = ("index", "weight", "mask")
-_BUILT_IN_SAMPLERS = (UniformSampler, PrioritizedSampler, SliceSampler)
-_SAMPLER_KINDS = tuple(cls.kind for cls in _BUILT_IN_SAMPLERS)
-PriorityHolder = PrioritizedSampler | SliceSampler
 
 
 def _sampler_object(sampler: object, alpha: float, beta: float, eps: float) -> Sampler:
@@ -215,7 +210,7 @@ def _batch_rows_slice(batch: Any, start: int, stop: int) -> Any:
     return {key: value[start:stop] for key, value in batch.items()}
 
 
-class ReplayBuffer:
+class ReplayBuffer(EpochMethods, CheckpointMethods):
     """A fixed-size ring of transitions with uniform, prioritized or slice sampling.
 
     The schema (keys, item shapes, dtypes) is taken from the first ``add`` or
@@ -976,304 +971,3 @@ class ReplayBuffer:
                 return holder.total_and_min()
             values = holder.stored_priorities(self._writer.size)
             return float(values.sum()), float(values.min())
-
-    # ---------------------------------------------------------------- epochs
-
-    def create_epoch_iterator(
-        self, batch_size: int, n_epochs: int = 1, shuffle: bool = True, drop_last: bool = False
-    ) -> Iterator[TensorDict]:
-        """An iterator of batches that visits every stored item once per epoch.
-
-        Each epoch draws a fresh seeded permutation of the items stored when its
-        first batch is taken (``shuffle=False``: positions ``0..size-1`` in
-        order, as ObjectRL). The iterator's epochs also become the buffer's
-        current ones, which :meth:`get_next_batch` draws from. Prioritized
-        buffers add ``index`` and ``weight`` (all 1) entries so training code can
-        treat both alike.
-
-        Threads: the iterator may be shared, and used alongside
-        :meth:`get_next_batch`; every ``next`` (or ``get_next_batch``) takes the
-        next batch of the one schedule under the buffer's lock, so between them
-        all callers get each stored item exactly once per epoch, no batch twice.
-
-        Args:
-            batch_size: items per batch; the last batch of an epoch may be
-                smaller unless ``drop_last``.
-            n_epochs: number of passes, >= 1.
-            shuffle: permute items each epoch.
-            drop_last: skip each epoch's last partial batch.
-
-        Raises:
-            EmptyBufferError: nothing is stored.
-            ArgumentError: ``batch_size`` or ``n_epochs`` is not a positive integer.
-        """
-        bs = check_int(batch_size, "batch_size", minimum=1)
-        epochs = check_int(n_epochs, "n_epochs", minimum=1)
-        with self._lock:
-            require_items(self._writer.size)
-            schedule = EpochSchedule(bs, epochs, bool(shuffle), bool(drop_last))
-            self._epochs = schedule
-        return EpochIterator(schedule, self._next_epoch_batch)
-
-    def _next_epoch_batch(self, schedule: EpochSchedule) -> TensorDict | None:
-        """The next batch of ``schedule``, or None once it is exhausted (then dropped)."""
-        with self._lock:
-            idx = schedule.next_indices(self._writer.size, self._gatherer)
-            if idx is None:
-                if self._epochs is schedule:
-                    self._epochs = None
-                return None
-            return self._gatherer.epoch_batch(idx, self._writer.pointer)
-
-    def get_next_batch(self, batch_size: int) -> TensorDict:
-        """The next batch of the current epochs, or a random batch.
-
-        Falls back to :meth:`sample_batch` when there are no current epochs
-        (none created, or ``get_steps_and_iterator(n_epochs=0, ...)``) and when
-        they are exhausted (they are then dropped). Any number of threads may
-        call it: they share the current epochs, each call taking the next batch,
-        so between them they get each stored item exactly once per epoch.
-
-        Args:
-            batch_size: size of the random batch when falling back (epoch
-                batches keep the size the epochs were created with).
-
-        Raises:
-            EmptyBufferError: falling back, and nothing is stored.
-            ArgumentError: falling back, and ``batch_size`` is not a positive integer.
-        """
-        if self._epochs is not None:
-            with self._lock:
-                schedule = self._epochs  # read again: another thread may have replaced it
-                if schedule is not None:
-                    idx = schedule.next_indices(self._writer.size, self._gatherer)
-                    if idx is not None:
-                        return self._gatherer.epoch_batch(idx, self._writer.pointer)
-                    self._epochs = None
-        return self.sample_batch(batch_size)
-
-    def calculate_num_batches(self, batch_size: int) -> int:
-        """Full batches in the current contents: ``size // batch_size``."""
-        return self._writer.size // check_int(batch_size, "batch_size", minimum=1)
-
-    def get_steps_and_iterator(
-        self, n_epochs: int, max_iter: int, batch_size: int, *, shuffle: bool = True
-    ) -> int:
-        """Number of training steps, preparing the epochs :meth:`get_next_batch` draws from.
-
-        ``n_epochs > 0``: ``n_epochs`` epochs of full batches (the last partial
-        batch of each epoch is dropped, a different one each epoch when
-        shuffling) and ``n_epochs * size // batch_size`` steps, so
-        ``get_next_batch`` is called exactly as often as the epochs have
-        batches (by one thread or several together).
-        ``n_epochs == 0``: no epochs, ``max_iter`` steps, and ``get_next_batch``
-        samples at random.
-
-        Raises:
-            ArgumentError: negative ``n_epochs`` or ``max_iter``, or a bad batch size.
-        """
-        epochs = check_int(n_epochs, "n_epochs", minimum=0)
-        steps_max = check_int(max_iter, "max_iter", minimum=0)
-        bs = check_int(batch_size, "batch_size", minimum=1)
-        with self._lock:
-            if epochs == 0:
-                self._epochs = None
-                return steps_max
-            steps = epochs * (self._writer.size // bs)
-            if steps == 0:
-                self._epochs = None
-                return 0
-            self._epochs = EpochSchedule(bs, epochs, bool(shuffle), True)
-        return steps
-
-    # ------------------------------------------------------------ checkpoints
-
-    def _snapshot(self) -> Snapshot:
-        assert self._storage is not None
-        size = self._writer.size
-        policy = self._sampler
-        if type(policy) in _BUILT_IN_SAMPLERS:
-            sampler: dict[str, Any] = policy.settings()  # type: ignore[attr-defined]
-        else:  # recorded so that a load can say what it cannot restore
-            name = f"{type(policy).__module__}.{type(policy).__qualname__}"
-            sampler = {"kind": "user", "class": name}
-        priorities = None
-        holder = self._priority_holder()
-        if holder is not None:
-            sampler["max_priority"] = holder.max_priority
-            priorities = holder.stored_priorities(size)
-        torch_rng, numpy_rng = self._gatherer.rng_state()
-        return Snapshot(
-            capacity=self._capacity,
-            size=size,
-            pointer=self._writer.pointer,
-            fields=list(self._storage.fields),
-            columns={k: c[:size] for k, c in self._storage.columns.items()},
-            sampler=sampler,
-            priorities=priorities,
-            torch_rng=torch_rng,
-            numpy_rng=numpy_rng,
-            torch_rng_device=self.storing_device.type,
-            rate_limiter=None if self._limiter is None else self._limiter.state_dict(),
-        )
-
-    def _restore_limiter(self, state: dict[str, Any] | None, size: int) -> None:
-        """The limiter's counters from a checkpoint; one without them counts its
-        ``size`` items as just inserted and not yet sampled."""
-        assert self._limiter is not None
-        if state is None:
-            self._limiter.restore(size, 0, size)
-        else:
-            self._limiter.restore(int(state["inserts"]), int(state["samples"]), size)
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Checkpoint the whole buffer: contents, schema, pointer, priorities, RNG state.
-
-        Writes ``<path>.metadata`` (JSON with ObjectRL's ``buffer_size``,
-        ``data_size``, ``pointer`` and everything needed to restore) and a data
-        directory ``<path>.data-<id>/`` of raw column files; no pickle. Atomic: a
-        save killed at any point leaves the previous checkpoint loadable. Parent
-        directories are created. Holds the buffer's lock while writing.
-
-        Raises:
-            EmptyBufferError: nothing was ever added (there is no schema to save).
-            OSError: the files cannot be written (the previous checkpoint stays).
-
-        Cost: writes every stored byte once, with one fsync per file.
-        """
-        with self._lock:
-            if self._storage is None:
-                raise EmptyBufferError("nothing to save: the buffer has no schema yet")
-            write_checkpoint(path, self._snapshot())
-
-    def _apply_objectrl_metadata(self, meta: ObjectRLMetadata, path: object) -> None:
-        """ObjectRL's ``load``: set ``data_size``/``pointer`` over the transitions held."""
-        if meta.buffer_size != self._capacity:
-            raise CheckpointError(
-                f"ObjectRL metadata {path} has buffer_size {meta.buffer_size} but this buffer "
-                f"has {self._capacity}; call reset(buffer_size={meta.buffer_size}) before load"
-            )
-        if meta.data_size < meta.buffer_size and meta.pointer != meta.data_size:
-            raise CheckpointError(
-                f"inconsistent ObjectRL metadata {path}: pointer {meta.pointer} with data_size "
-                f"{meta.data_size} < buffer_size (a buffer that never wrapped has pointer == "
-                "data_size)"
-            )
-        with self._lock:
-            if meta.data_size > self._writer.size:
-                raise CheckpointError(
-                    f"{path}.metadata is ObjectRL's metadata-only checkpoint: it holds no "
-                    f"transitions, only data_size={meta.data_size}, and this buffer holds "
-                    f"{self._writer.size}, so there is nothing to restore them from (ObjectRL's "
-                    "load relies on its storage still holding them; save with replaystore to "
-                    "checkpoint the contents)"
-                )
-            if self._storage is None:
-                return
-            self._writer.reset_cursor(meta.data_size, meta.pointer)
-            self._epochs = None
-            if self._limiter is not None:
-                lim = self._limiter
-                lim.restore(lim.inserts, lim.samples, meta.data_size)
-            holder = self._priority_holder()
-            kept = None if holder is None else holder.stored_priorities(meta.data_size)
-            top = 1.0 if holder is None else holder.max_priority
-            self._rows_replaced()
-            if holder is not None and kept is not None:
-                holder.restore_priorities(kept, top)
-            if isinstance(self._storage, MemmapStorage):
-                self._storage.flush(self._memmap_state())
-
-    def load(self, path: str | os.PathLike[str]) -> None:
-        """Replace the buffer's contents and state with the checkpoint ``path``.
-
-        ObjectRL's own ``<path>.metadata`` (``torch.save`` of ``buffer_size``,
-        ``data_size`` and ``pointer``; read opcode by opcode, never unpickled) is
-        loaded as ObjectRL loads it: those counters are set over the transitions
-        this buffer already holds (``data_size`` may not exceed :attr:`size`); no
-        contents, priorities or RNG state are restored from it.
-
-        Restores the items, schema, pointer, priorities, ``beta``, the rate
-        limiter's counters (a checkpoint without them counts its items as just
-        inserted, none sampled) and both random generators, so the next samples
-        equal those the saved buffer would have drawn (for the torch generator:
-        when both buffers store on the same device type; across CPU and CUDA it
-        keeps its own, with a warning). The
-        checkpoint is verified (sizes, CRC-32) before the buffer changes. Loading
-        a uniform checkpoint into a prioritized buffer gives every item priority
-        1; a prioritized checkpoint into a uniform buffer ignores its priorities.
-        The current epochs are dropped (``get_next_batch`` samples at random).
-
-        Raises:
-            CheckpointError: no checkpoint, a corrupt part, a different
-                ``buffer_size`` (``reset(buffer_size=N)`` first), different
-                ``alpha``/``eps`` for prioritized buffers, or ObjectRL metadata with
-                a ``data_size`` above what this buffer holds.
-        """
-        objectrl = read_objectrl_metadata(path)
-        if objectrl is not None:
-            self._apply_objectrl_metadata(objectrl, path)
-            return
-        snap = read_checkpoint(path)
-        try:
-            self._check_nstep_fields(snap.fields)
-        except ConfigError as exc:
-            raise ConfigError(f"checkpoint {path}: {exc}") from exc
-        if snap.capacity != self._capacity:
-            raise CheckpointError(
-                f"checkpoint {path} has buffer_size {snap.capacity} but this buffer has "
-                f"{self._capacity}; call reset(buffer_size={snap.capacity}) before load"
-            )
-        kind = snap.sampler.get("kind")
-        if kind not in _SAMPLER_KINDS:
-            what = snap.sampler.get("class", kind)
-            raise CheckpointError(
-                f"checkpoint {path} was saved with a sampler replaystore does not know "
-                f"({what!r}; it knows {', '.join(_SAMPLER_KINDS)}): its state cannot be restored"
-            )
-        if type(self._sampler) not in _BUILT_IN_SAMPLERS:
-            raise CheckpointError(
-                f"this buffer's sampler {type(self._sampler).__qualname__} is not a built-in one: "
-                f"a checkpoint cannot restore its state (use one of "
-                f"{', '.join(c.__name__ for c in _BUILT_IN_SAMPLERS)}, or a sampler string)"
-            )
-        holder = self._priority_holder()
-        if holder is not None and snap.priorities is not None:
-            for name, mine in (("alpha", holder.alpha), ("eps", holder.eps)):
-                if float(snap.sampler[name]) != mine:
-                    raise CheckpointError(
-                        f"checkpoint {path} was saved with {name}={snap.sampler[name]}, "
-                        f"this buffer uses {name}={mine}"
-                    )
-        try:
-            rng = self._gatherer.check_rng_state(
-                snap.torch_rng, snap.numpy_rng, snap.torch_rng_device
-            )
-        except (RuntimeError, TypeError, ValueError, KeyError) as exc:
-            raise CheckpointError(f"checkpoint {path} has an unusable RNG state: {exc}") from exc
-        if rng.torch_state is None:
-            logger.warning(
-                "checkpoint %s was saved with %s storage: its torch RNG state does not fit "
-                "this %s buffer, which keeps its own (epoch shuffles will differ)",
-                path,
-                snap.torch_rng_device,
-                self.storing_device.type,
-            )
-        with self._lock:
-            storage = self._new_storage(snap.fields)
-            for name, data in snap.columns.items():
-                storage.columns[name][: snap.size].copy_(data)
-            self._install(storage)
-            self._writer.reset_cursor(snap.size, snap.pointer)
-            self._epochs = None
-            self._gatherer.set_rng_state(rng)
-            if self._limiter is not None:
-                self._restore_limiter(snap.rate_limiter, snap.size)
-            self._rows_replaced()  # without saved priorities every item gets 1
-            if holder is not None and snap.priorities is not None:
-                self._beta = float(snap.sampler.get("beta", self._beta))
-                holder.beta = self._beta
-                holder.restore_priorities(snap.priorities, float(snap.sampler["max_priority"]))
-            if isinstance(storage, MemmapStorage):
-                storage.flush(self._memmap_state())
-                storage.remove_other_generations()
