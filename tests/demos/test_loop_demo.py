@@ -24,7 +24,7 @@ from cli_runner import run_cli
 from replaystore.demos import OPT_IN_PARTS, PARTS
 from replaystore.demos.loop import run
 from replaystore.loop.tools import checkpoint_weights
-from replaystore.rollouts.collector import _TEXT_ONLY_MODEL
+from replaystore.rollouts.outcomes import TEXT_ONLY_MODEL
 from replaystore.trajectories.storage import TrajectoryStorage
 
 
@@ -131,7 +131,7 @@ def served_side(loop_demo: tuple[Path, str], real_tools: Any) -> dict[str, Any]:
         "'refusal': sys.argv[3] + '\"' in inspect.getsource(r)}))"
     )
     model = loop_demo[0] / "checkpoints" / "000"
-    return json.loads(_run_in(real_tools.vllm_python, script, str(model), _PROBE, _TEXT_ONLY_MODEL))
+    return json.loads(_run_in(real_tools.vllm_python, script, str(model), _PROBE, TEXT_ONLY_MODEL))
 
 
 @pytest.mark.slow

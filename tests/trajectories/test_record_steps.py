@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from cli_runner import run_cli
-from replaystore.rollouts.collector import _blocked_step, _invalid_url_step
+from replaystore.rollouts.outcomes import blocked_step as _blocked_step
+from replaystore.rollouts.outcomes import invalid_url_step as _invalid_url_step
 from replaystore.trajectories import TrajectoryBuffer
 from replaystore.trajectories.components import Observation
 from replaystore.trajectories.storage import TrajectoryStorage

@@ -28,6 +28,7 @@ from replaystore._lazy import lazy_exports
 _BROWSER = "replaystore.rollouts.browser"
 _ACTIONS = "replaystore.rollouts.actions"
 _COLLECTOR = "replaystore.rollouts.collector"
+_OUTCOMES = "replaystore.rollouts.outcomes"
 _POLICY = "replaystore.rollouts.policy"
 
 _LAZY = {
@@ -40,10 +41,10 @@ _LAZY = {
     "format_action": _ACTIONS,
     "ActionOutcome": _ACTIONS,
     "RolloutCollector": _COLLECTOR,
-    "IterationResult": _COLLECTOR,
-    "TaskOutcome": _COLLECTOR,
-    "DEFAULT_MAX_STEPS": _COLLECTOR,
-    "difficulty_category": _COLLECTOR,
+    "IterationResult": _OUTCOMES,
+    "TaskOutcome": _OUTCOMES,
+    "DEFAULT_MAX_STEPS": _OUTCOMES,
+    "difficulty_category": _OUTCOMES,
     "ScriptedPolicy": "replaystore.rollouts.scripted",
     "LocalSuite": "replaystore.rollouts.sites",
     "Policy": _POLICY,
@@ -100,15 +101,15 @@ if TYPE_CHECKING:
         find_chromium,
     )
     from replaystore.rollouts.chat_client import ChatCompletionsClient
-    from replaystore.rollouts.collector import (
+    from replaystore.rollouts.collector import RolloutCollector
+    from replaystore.rollouts.evaluator import Evaluator, JudgeVerdict, OpenAIJudge
+    from replaystore.rollouts.experiment_logger import ExperimentLogger
+    from replaystore.rollouts.outcomes import (
         DEFAULT_MAX_STEPS,
         IterationResult,
-        RolloutCollector,
         TaskOutcome,
         difficulty_category,
     )
-    from replaystore.rollouts.evaluator import Evaluator, JudgeVerdict, OpenAIJudge
-    from replaystore.rollouts.experiment_logger import ExperimentLogger
     from replaystore.rollouts.policy import OpenAIChatPolicy, Policy, PolicyRequest, WebAgent
     from replaystore.rollouts.scripted import ScriptedPolicy
     from replaystore.rollouts.sites import LocalSuite
