@@ -70,7 +70,7 @@ EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("loop/tiny_model.py", "_atomic_write_text", "os.replace"): (
         "the rename of that same sequence"
     ),
-    ("experience/storage/sqlite.py", "_create_file", "os.open(write)"): (
+    ("experience/storage/sqlite/storage.py", "_create_file", "os.open(write)"): (
         "creates the empty database file with mode 0o666 & ~umask before SQLite opens "
         "it; SQLite's journal makes its own writes atomic"
     ),

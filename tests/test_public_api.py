@@ -73,6 +73,7 @@ EXPORTS: dict[str, list[str]] = {
         "Storage",
         "open_storage",
     ],
+    "replaystore.experience.storage.sqlite": ["SqliteStorage"],
     "replaystore.pipeline": [
         "Blocklist",
         "BlocklistManager",
@@ -155,6 +156,7 @@ EXPORTS: dict[str, list[str]] = {
         "trajectory_from_dicts",
         "trajectory_to_dicts",
     ],
+    "replaystore.trajectories.files": [],
     "replaystore.transitions": [
         "Draw",
         "FieldSpec",

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from replaystore.experience import ExperienceBuffer, SqliteStorage
-from replaystore.experience.storage import sqlite as sqlite_module
+from replaystore.experience.storage.sqlite import storage as sqlite_module
 
 from .helpers import episode
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from replaystore.experience import SqliteStorage
-from replaystore.experience.storage import sqlite as sqlite_module
+from replaystore.experience.storage.sqlite import checkpointer as checkpointer_module
+from replaystore.experience.storage.sqlite import storage as storage_module
 from waiting import wait_until
 
 from .helpers import episode
@@ -62,10 +63,10 @@ def _write_in_a_child(store: SqliteStorage, task: str, rows: int, size: int) -> 
 
 @pytest.fixture
 def no_writer_checkpoints(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_module, "_WAL_AUTOCHECKPOINT", 1_000_000)  # never, here
+    monkeypatch.setattr(storage_module, "_WAL_AUTOCHECKPOINT", 1_000_000)  # never, here
     # (raising=False: the same test runs, and fails, on a version without the thread)
-    monkeypatch.setattr(sqlite_module, "_WAL_RESTART", 64, raising=False)
-    monkeypatch.setattr(sqlite_module, "_CHECKPOINT_INTERVAL", 0.0, raising=False)
+    monkeypatch.setattr(checkpointer_module, "_WAL_RESTART", 64, raising=False)
+    monkeypatch.setattr(checkpointer_module, "_CHECKPOINT_INTERVAL", 0.0, raising=False)
 
 
 def test_the_log_is_copied_and_restarted_by_the_background_thread(
@@ -111,7 +112,7 @@ def test_the_restart_holds_this_process_writers_on_the_store_lock(
     three restarts."""
     store = SqliteStorage(tmp_path / "s.sqlite")
     held: list[bool] = []
-    run = sqlite_module._Checkpointer._checkpoint
+    run = checkpointer_module.Checkpointer._checkpoint
 
     def checkpoint(self: object, conn: object, mode: str) -> int:
         if mode == "RESTART":
@@ -121,7 +122,7 @@ def test_the_restart_holds_this_process_writers_on_the_store_lock(
             probe.join()
         return run(self, conn, mode)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(sqlite_module._Checkpointer, "_checkpoint", checkpoint, raising=False)
+    monkeypatch.setattr(checkpointer_module.Checkpointer, "_checkpoint", checkpoint, raising=False)
     for b in range(10):
         store.add_batch(episode(f"t{b}", 100, state=BIG))
     assert wait_until(lambda: held), "no restart ran"
@@ -226,7 +227,7 @@ def test_a_commit_stands_when_no_thread_can_be_started(
     def no_thread(path: Path, writers: object) -> None:
         raise RuntimeError("can't start new thread")
 
-    monkeypatch.setattr(sqlite_module, "_Checkpointer", no_thread)
+    monkeypatch.setattr(storage_module, "Checkpointer", no_thread)
     store = SqliteStorage(tmp_path / "s.sqlite")
     with caplog.at_level("WARNING", logger="replaystore.experience.sqlite"):
         store.add_batch(episode("a", 5))

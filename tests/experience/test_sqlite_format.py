@@ -183,15 +183,15 @@ def test_an_upgrade_killed_midway_leaves_the_format1_file_as_it_was(tmp_path):
     path = tmp_path / "killed.sqlite"
     write_format1(path, [row(i, f"t{i // 4}") for i in range(40)])
     with sqlite3.connect(path) as conn:
-        conn.execute("DROP TABLE task_keys")  # so the upgrade calls _rebuild_keys, late in it
+        conn.execute("DROP TABLE task_keys")  # so the upgrade calls rebuild_keys, late in it
     before = seqs_and_ids(path)
     # The child dies (os._exit: no cleanup, no rollback) after the rows were copied into
     # the new table and the old one dropped, inside the upgrade's transaction.
     script = textwrap.dedent(
         f"""
         import os
-        from replaystore.experience.storage.sqlite import SqliteStorage
-        SqliteStorage._rebuild_keys = staticmethod(lambda conn, task_id: os._exit(7))
+        from replaystore.experience.storage.sqlite import SqliteStorage, migrate
+        migrate.rebuild_keys = lambda conn, task_id: os._exit(7)
         SqliteStorage({str(path)!r})
         """
     )

@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 from replaystore.errors import SchemaError
 from replaystore.experience import DataRow, Experience, ExpMeta, InMemoryStorage, SqliteStorage
 from replaystore.experience.rows import _id_hashes_py, id_hash, id_hashes
-from replaystore.experience.storage import sqlite as sqlite_module
 from replaystore.experience.storage.sqlite import FORMAT
+from replaystore.experience.storage.sqlite import filters as filters_module
+from replaystore.experience.storage.sqlite import storage as sqlite_module
 
 
 def row(row_id: str, task: str, step: int = 0) -> DataRow:
@@ -103,6 +104,7 @@ def test_ids_stay_unique_findable_and_deletable_with_any_hash(ops, capacity, evi
         if weak:
             mp.setattr(sqlite_module, "id_hash", _weak)
             mp.setattr(sqlite_module, "id_hashes", lambda ids: [_weak(i) for i in ids])
+            mp.setattr(filters_module, "id_hashes", lambda ids: [_weak(i) for i in ids])
         memory = InMemoryStorage(capacity, eviction=eviction)
         sqlite = SqliteStorage(Path(tmp) / "s.sqlite", capacity, eviction=eviction)
         step = 0
@@ -148,6 +150,7 @@ def test_ids_stay_unique_findable_and_deletable_with_any_hash(ops, capacity, evi
 def test_a_hash_shared_by_two_ids_stores_both_and_still_refuses_each_again(tmp_path, monkeypatch):
     monkeypatch.setattr(sqlite_module, "id_hash", lambda text: 7)
     monkeypatch.setattr(sqlite_module, "id_hashes", lambda ids: [7] * len(ids))
+    monkeypatch.setattr(filters_module, "id_hashes", lambda ids: [7] * len(ids))
     store = SqliteStorage(tmp_path / "s.sqlite")
     store.add(row("a", "t0"))
     store.add(row("b", "t0", 1))  # one-row path: the hash is taken, not the id

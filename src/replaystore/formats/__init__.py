@@ -2,7 +2,8 @@
 
 * :mod:`~replaystore.formats.sqlite_experience`: a SQLite experience store
   (what :class:`~replaystore.experience.storage.sqlite.SqliteStorage` writes),
-  opened read-only, and its summary;
+  opened read-only, its summary, and the SQL that finds a row by its id (which
+  the writer uses too);
 * :mod:`~replaystore.formats.experience_summary`: the counts of an experience
   store's ``rows`` table, the same queries for SQLite and PostgreSQL;
 * :mod:`~replaystore.formats.transitions_checkpoint`: the metadata of a

@@ -16,6 +16,11 @@ SQLite's shared-memory index: a reader creates ``<file>-wal`` and ``<file>-shm``
 beside the file when no writer has (SQLite's own side files; the database file
 is untouched). In a directory this user cannot write, opening such a store with
 no ``-shm`` file fails with a :class:`~replaystore.errors.StorageError` saying so.
+
+A row is found by its id through the store's id tables (:data:`ID_TABLES`, keyed
+by the id's 64-bit hash, :func:`~replaystore.experience.rows.id_hash`): the SQL
+of :func:`id_seqs_sql` selects the candidate rows' seqs, for the writer and the
+viewer alike.
 """
 
 from __future__ import annotations
@@ -29,7 +34,15 @@ from typing import Any
 from replaystore.errors import StorageError
 from replaystore.formats.experience_summary import summarise_rows
 
-__all__ = ["SQLITE_MAGIC", "SUMMARY_COLUMNS", "is_sqlite_file", "open_readonly", "read_summary"]
+__all__ = [
+    "ID_TABLES",
+    "SQLITE_MAGIC",
+    "SUMMARY_COLUMNS",
+    "id_seqs_sql",
+    "is_sqlite_file",
+    "open_readonly",
+    "read_summary",
+]
 
 #: The first 16 bytes of every SQLite database file.
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -37,7 +50,20 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 #: The ``rows`` columns a summary reads (a store also has ``seq``, ``id`` and ``data``).
 SUMMARY_COLUMNS = ("task_id", "task_name", "agent_id", "step", "execute_time")
 
+#: The tables that key a format 3 store's row ids by the id's hash, ``(h, seq)``:
+#: ``row_ids_new`` (the ids stored since the last merge, one seq a hash) and
+#: ``row_ids`` (the rest). Older files have neither (a unique index on ``rows.id``).
+ID_TABLES = ("row_ids_new", "row_ids")
+
 _WAL_HEADER_OFFSET = 18  # file format write/read version bytes: 2 means WAL
+
+
+def id_seqs_sql(count: int) -> str:
+    """SQL selecting the seqs keyed under ``count`` id hashes, bound twice (one list per
+    id table): a superset of the rows with those ids (hashes can collide), so whoever
+    uses it compares ``rows.id`` too. The writer and the viewer's reader both use it."""
+    marks = ", ".join("?" * count)
+    return " UNION ALL ".join(f"SELECT seq FROM {t} WHERE h IN ({marks})" for t in ID_TABLES)
 
 
 def is_sqlite_file(path: str | os.PathLike[str]) -> bool:

@@ -36,8 +36,7 @@ from replaystore.experience.rows import (
     decode_experiences,
     id_hash,
 )
-from replaystore.experience.storage.sqlite import id_seqs_sql
-from replaystore.formats.sqlite_experience import open_readonly
+from replaystore.formats.sqlite_experience import id_seqs_sql, open_readonly
 
 __all__ = [
     "FILTER_OPS",
