@@ -238,7 +238,7 @@ def test_in_memory_queries_do_not_see_later_mutation_on_either_path(monkeypatch)
 
     for fast in (True, False):
         if not fast:
-            monkeypatch.setattr(rows_module, "_COPY", [None] * 5)
+            monkeypatch.setattr(rows_module, "COPY_KERNELS", [None] * 5)
         store = InMemoryStorage(snapshot=True)
         state = {"x": 1, "tags": ["a"]}
         row = DataRow(ExpMeta("t", None, None, 0, 0.0), Experience(state=state), f"r{fast}")

@@ -34,7 +34,7 @@ from replaystore.experience import (
     SqliteStorage,
 )
 from replaystore.experience.rows import (
-    _META_SPEC,
+    META_SPEC,
     PAYLOAD_FIELDS,
     RECORD_SLOTS,
     encode_flat,
@@ -265,8 +265,10 @@ def test_payload_encoding_gives_the_generic_paths_json_values(state, actions):
 @given(state=STATE, actions=ACTIONS)
 def test_compiled_and_python_encoders_write_the_same_text(state, actions):
     exp = Experience(state=state, actions=actions)
-    python = rows_module._value_text(payload_of(exp), rows_module._COPY[1])  # registers classes
-    compiled = rows_module._ENCODE[0](payload_of(exp), rows_module._ENCODERS)
+    python = rows_module._value_text(
+        payload_of(exp), rows_module.COPY_KERNELS[1]
+    )  # registers classes
+    compiled = rows_module.ENCODE_KERNELS[0](payload_of(exp), rows_module._ENCODERS)
     if python is None:
         assert compiled is NotImplemented
     elif compiled is not NotImplemented:  # the compiled one declines nothing Python writes...
@@ -297,7 +299,7 @@ def test_flat_records_are_each_rows_record_whoever_writes_it(payloads, bad_ids, 
             if fresh:  # no class seen yet: the loop declines each one's first row
                 m.setattr(rows_module, "_ENCODERS", {})
             if not compiled:
-                m.setattr(rows_module, "_ENCODE", [*rows_module._ENCODE[:2], None])
+                m.setattr(rows_module, "ENCODE_KERNELS", [*rows_module.ENCODE_KERNELS[:2], None])
             try:
                 results.append(encode_flat(rows))
             except SchemaError as exc:
@@ -317,10 +319,10 @@ def test_flat_records_are_each_rows_record_whoever_writes_it(payloads, bad_ids, 
 
 def test_the_compiled_records_loop_refuses_arguments_it_cannot_use():
     rows_module._resolve_jsoncopy()
-    records = rows_module._ENCODE[2]
+    records = rows_module.ENCODE_KERNELS[2]
     if records is None:
         pytest.skip("replaystore._jsoncopy is not built")
-    good = ([row_of({})], 0, DataRow, ExpMeta, Experience, _META_SPEC, PAYLOAD_FIELDS, {}, [])
+    good = ([row_of({})], 0, DataRow, ExpMeta, Experience, META_SPEC, PAYLOAD_FIELDS, {}, [])
     out: list[Any] = []
     assert records(*good[:8], out) == 1 and len(out) == RECORD_SLOTS
     for at, bad in ((0, {"r": 1}), (2, "DataRow"), (6, ["state"]), (7, None), (8, ())):
@@ -420,7 +422,7 @@ META_VALUE = st.one_of(
 @given(values=st.lists(META_VALUE, min_size=6, max_size=6), row_id=META_VALUE)
 def test_compiled_row_check_accepts_exactly_the_rows_kept_as_they_are(values, row_id):
     rows_module._resolve_jsoncopy()
-    check = rows_module._ENCODE[1]
+    check = rows_module.ENCODE_KERNELS[1]
     if check is None:
         pytest.skip("replaystore._jsoncopy is not built")
     meta = ExpMeta.__new__(ExpMeta)
@@ -431,12 +433,12 @@ def test_compiled_row_check_accepts_exactly_the_rows_kept_as_they_are(values, ro
     ):
         setattr(meta, name, value)
     row = DataRow(meta, Experience(), row_id)
-    copied = rows_module._COPY[4](meta, ExpMeta, _META_SPEC)
+    copied = rows_module.COPY_KERNELS[4](meta, ExpMeta, META_SPEC)
     id_ok = type(row_id) is str and row_id != "" and row_id.isascii()
-    assert check(row, DataRow, ExpMeta, Experience, _META_SPEC) == (
+    assert check(row, DataRow, ExpMeta, Experience, META_SPEC) == (
         id_ok and copied is not NotImplemented
     )
-    if check(row, DataRow, ExpMeta, Experience, _META_SPEC):
+    if check(row, DataRow, ExpMeta, Experience, META_SPEC):
         store = InMemoryStorage()
         store.add(row)
         assert store.get_all()[0] is row

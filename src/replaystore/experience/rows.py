@@ -175,7 +175,7 @@ class DataRow:
         return cls(meta, data) if row_id is None else cls(meta, data, row_id)
 
 
-def _new_row(meta: ExpMeta, exp: Experience, row_id: str) -> DataRow:
+def new_row(meta: ExpMeta, exp: Experience, row_id: str) -> DataRow:
     """``DataRow(meta, exp, row_id)`` without the dataclass ``__init__`` (a fifth of its cost)."""
     row = _object_new(DataRow)
     row.exp_meta = meta
@@ -204,7 +204,8 @@ _ENCODER = json.JSONEncoder(
     default=_json_default, allow_nan=False, ensure_ascii=False, separators=(",", ":")
 )
 _dumps = _ENCODER.encode
-_loads = json.JSONDecoder().decode
+#: ``json.loads`` without its per-call checks: the decoder of stored rows' JSON.
+loads_json = json.JSONDecoder().decode
 
 # The same encoder, called directly: ``JSONEncoder.encode`` builds a new C encoder
 # object on every call (a third of the cost of encoding a small payload). Without
@@ -349,10 +350,10 @@ def _payload_text(exp: Experience) -> str | None:
 
     None also when the compiled kernels are missing: the generic path does everything.
     """
-    dumps = _COPY[1] if _COPY else _jsondumps()
+    dumps = COPY_KERNELS[1] if COPY_KERNELS else _jsondumps()
     if dumps is None:
         return None
-    text = _ENCODE[0](_payload_dict(exp), _ENCODERS)  # in one compiled call, classes known
+    text = ENCODE_KERNELS[0](_payload_dict(exp), _ENCODERS)  # in one compiled call, classes known
     if text is not NotImplemented:
         return text
     texts = []
@@ -377,14 +378,14 @@ def to_json_value(value: Any, where: str = "value") -> Any:
         SchemaError: ``value`` holds something JSON cannot represent (named by ``where``),
             or a NaN/infinite float.
     """
-    dumps = _COPY[1] if _COPY else _jsondumps()
+    dumps = COPY_KERNELS[1] if COPY_KERNELS else _jsondumps()
     text = None if dumps is None else _value_text(value, dumps)
     if text is not None:
-        return _loads(text)
+        return loads_json(text)
     try:
         text = _dumps(value)
         _check_utf8(text)
-        return _loads(text)
+        return loads_json(text)
     except (TypeError, ValueError) as exc:
         raise SchemaError(f"{where}: {exc}") from exc
 
@@ -550,16 +551,16 @@ def encode_flat(data_batch: Any, where: str | None = None) -> list[Any]:
     """
     if data_batch is None or isinstance(data_batch, DataRow | Mapping):
         raise SchemaError(f"add_batch expects a list of DataRow, got {type(data_batch)}")
-    if not _COPY:
+    if not COPY_KERNELS:
         _resolve_jsoncopy()
     rows = data_batch if type(data_batch) in (list, tuple) else list(data_batch)
-    records = _ENCODE[2]
+    records = ENCODE_KERNELS[2]
     out: list[Any] = []
     i, n = 0, len(rows)
     while i < n:
         if records is not None:
             i = records(
-                rows, i, DataRow, ExpMeta, Experience, _META_SPEC, PAYLOAD_FIELDS, _ENCODERS, out
+                rows, i, DataRow, ExpMeta, Experience, META_SPEC, PAYLOAD_FIELDS, _ENCODERS, out
             )
             if i == n:
                 break
@@ -571,8 +572,8 @@ def encode_flat(data_batch: Any, where: str | None = None) -> list[Any]:
 
 def _record(row: Any, where: str) -> tuple[Any, ...]:
     """One row's record, for a row the compiled ``records`` declined (or without it)."""
-    check_row = _ENCODE[1]  # None without the compiled kernels: encode_row does it all
-    if check_row is not None and check_row(row, DataRow, ExpMeta, Experience, _META_SPEC):
+    check_row = ENCODE_KERNELS[1]  # None without the compiled kernels: encode_row does it all
+    if check_row is not None and check_row(row, DataRow, ExpMeta, Experience, META_SPEC):
         # Its types are right (the metadata's values are then written as they are:
         # exact ASCII str, 64-bit int, finite float; no copy): a payload class not
         # seen yet, or one the generic path writes.
@@ -615,24 +616,25 @@ def snapshot_row(row: Any, where: str = "row") -> DataRow | None:
         SchemaError: as :func:`encode_row`, for a row that is invalid whatever
             its payload (no id, bad metadata, no ``exp_data``).
     """
-    copy = _COPY[0] if _COPY else _jsoncopy()
+    copy = COPY_KERNELS[0] if COPY_KERNELS else _jsoncopy()
     if copy is None or type(row) is not DataRow:
         return None
-    row_id, meta, exp = _check_row(row, where)
-    snap = _COPY[2](exp, Experience, PAYLOAD_FIELDS)
+    row_id, meta, exp = check_row(row, where)
+    snap = COPY_KERNELS[2](exp, Experience, PAYLOAD_FIELDS)
     if snap is NotImplemented:
         return None
     # Nothing in the snapshot can be part of a cycle (immutable values and fresh
     # copies, never changed): keep it off the garbage collector's lists.
-    untrack = _COPY[3]
+    untrack = COPY_KERNELS[3]
     untrack(meta)
-    out = _new_row(meta, snap, row_id)
+    out = new_row(meta, snap, row_id)
     untrack(out)
     return out
 
 
-# The metadata checks of _check_meta's fast path, for _jsoncopy.copy_checked.
-_META_SPEC = (
+#: The metadata checks of ``_check_meta``'s fast path (field name, kind), for the compiled
+#: ``_jsoncopy.copy_checked`` and the memory storage's batch checks.
+META_SPEC = (
     ("task_id", "s"),
     ("task_name", "S"),
     ("agent_id", "S"),
@@ -642,8 +644,9 @@ _META_SPEC = (
 )
 
 
-# [the compiled copy, dumps, copy_fields, untrack and copy_checked, or five None], on first use
-_COPY: list[Any] = []
+#: [the compiled copy, dumps, copy_fields, untrack and copy_checked, or five None], filled on
+#: first use; the memory storage copies rows with them.
+COPY_KERNELS: list[Any] = []
 
 
 def _resolve_jsoncopy() -> None:
@@ -656,13 +659,13 @@ def _resolve_jsoncopy() -> None:
     kernel = resolve_kernel(
         module, None, env="REPLAYSTORE_JSONCOPY", argument="REPLAYSTORE_JSONCOPY"
     )
-    _COPY[:] = (
+    COPY_KERNELS[:] = (
         [None] * 5
         if kernel is None
         else [kernel.copy, kernel.dumps, kernel.copy_fields, kernel.untrack, kernel.copy_checked]
     )
     # An extension built from an older source lacks these: the Python paths stand in.
-    _ENCODE[:] = [
+    ENCODE_KERNELS[:] = [
         getattr(kernel, "dumps_encoders", None) or _dumps_encoders_py,
         getattr(kernel, "check_row", None),
         getattr(kernel, "records", None),
@@ -701,45 +704,45 @@ def _id_hashes_py(ids: list[str]) -> list[int]:
 
 def id_hashes(ids: list[str]) -> list[int]:
     """:func:`id_hash` of each id of the list, in one compiled call where built."""
-    if not _COPY:
+    if not COPY_KERNELS:
         _resolve_jsoncopy()
-    result: list[int] = _ENCODE[3](ids)
+    result: list[int] = ENCODE_KERNELS[3](ids)
     return result
 
 
-# [dumps_encoders (or a stand-in that always declines), check_row or None, records or
-# None, id_hashes (compiled or Python)], with _COPY
-_ENCODE: list[Any] = [_dumps_encoders_py, None, None, _id_hashes_py]
+#: [dumps_encoders (or a stand-in that always declines), check_row or None, records or
+#: None, id_hashes (compiled or Python)], filled with COPY_KERNELS.
+ENCODE_KERNELS: list[Any] = [_dumps_encoders_py, None, None, _id_hashes_py]
 
 
 def _jsoncopy() -> Any:
     """``replaystore._jsoncopy.copy``, or None (not built, or ``REPLAYSTORE_JSONCOPY=numpy``)."""
-    if not _COPY:
+    if not COPY_KERNELS:
         _resolve_jsoncopy()
-    return _COPY[0]
+    return COPY_KERNELS[0]
 
 
 def _copy_checked() -> Any:
     """``replaystore._jsoncopy.copy_checked``, or None (as :func:`_jsoncopy`)."""
-    if not _COPY:
+    if not COPY_KERNELS:
         _resolve_jsoncopy()
-    return _COPY[4]
+    return COPY_KERNELS[4]
 
 
 def _jsondumps() -> Any:
     """``replaystore._jsoncopy.dumps``, or None (as :func:`_jsoncopy`)."""
-    if not _COPY:
+    if not COPY_KERNELS:
         _resolve_jsoncopy()
-    return _COPY[1]
+    return COPY_KERNELS[1]
 
 
-def _check_row(row: Any, where: str) -> tuple[str, ExpMeta, Experience]:
+def check_row(row: Any, where: str) -> tuple[str, ExpMeta, Experience]:
     """The checks of :func:`encode_row` before the payload: ``(id, checked meta, exp_data)``."""
     if type(row) is DataRow:
         row_id = row.id
         meta = row.exp_meta
         exp = row.exp_data
-        checked = _COPY[4] if _COPY else _copy_checked()
+        checked = COPY_KERNELS[4] if COPY_KERNELS else _copy_checked()
         if (
             checked is not None
             and type(row_id) is str
@@ -748,7 +751,7 @@ def _check_row(row: Any, where: str) -> tuple[str, ExpMeta, Experience]:
             and type(meta) is ExpMeta
             and type(exp) is Experience
         ):  # the common case: _check_meta's fast path, in one compiled call
-            meta = checked(meta, ExpMeta, _META_SPEC)
+            meta = checked(meta, ExpMeta, META_SPEC)
             if meta is not NotImplemented:
                 return row_id, meta, exp
     if type(row) is not DataRow:  # the exact type skips the (slow) ABC checks below
@@ -801,7 +804,7 @@ def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedR
     1 us per small model, see :func:`_value_text`; anything else: ``json``,
     2-4 us), and one ``json.loads`` when ``decode``.
     """
-    row_id, meta, exp = _check_row(row, where)
+    row_id, meta, exp = check_row(row, where)
     payload = {
         "state": exp.state,
         "actions": exp.actions,
@@ -810,16 +813,16 @@ def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedR
         "v_t": exp.v_t,
         "messages": exp.messages,
     }
-    dumps = _COPY[1] if _COPY else _jsondumps()
+    dumps = COPY_KERNELS[1] if COPY_KERNELS else _jsondumps()
     text = NotImplemented if dumps is None else dumps(payload)
     if text is not NotImplemented:  # plain JSON values: the compiled encoder's same text
-        exp_copy = _experience_from_json(text) if decode else None
-        return EncodedRow(_new_row(meta, exp_copy, row_id), text)  # type: ignore[arg-type]
+        exp_copy = experience_from_json(text) if decode else None
+        return EncodedRow(new_row(meta, exp_copy, row_id), text)  # type: ignore[arg-type]
     if dumps is not None:  # models and dataclasses: each written by its own serialiser
         text = _payload_text(exp)
         if text is not None:
-            exp_copy = _experience_from_json(text) if decode else None
-            return EncodedRow(_new_row(meta, exp_copy, row_id), text)  # type: ignore[arg-type]
+            exp_copy = experience_from_json(text) if decode else None
+            return EncodedRow(new_row(meta, exp_copy, row_id), text)  # type: ignore[arg-type]
     try:
         text = _encode_payload(payload)
         if not text.isascii():
@@ -833,12 +836,13 @@ def encode_row(row: Any, where: str = "row", *, decode: bool = True) -> EncodedR
                     f"row {row_id!r}: exp_data.{name} cannot be stored as JSON: {field_exc}"
                 ) from exc
         raise SchemaError(f"row {row_id!r}: exp_data cannot be stored as JSON: {exc}") from exc
-    exp_copy = _experience_from_json(text) if decode else None
+    exp_copy = experience_from_json(text) if decode else None
     return EncodedRow(DataRow(meta, exp_copy, row_id), text)  # type: ignore[arg-type]
 
 
-def _experience_from_json(text: str) -> Experience:
-    obj = _loads(text)
+def experience_from_json(text: str) -> Experience:
+    """The :class:`Experience` of a stored row's payload JSON, without its ``__init__``."""
+    obj = loads_json(text)
     exp = Experience.__new__(Experience)
     exp.state = obj.get("state")
     exp.actions = obj.get("actions")
@@ -859,7 +863,7 @@ def decode_experiences(payloads: list[str]) -> list[Experience]:
         return []
     out = []
     new = Experience.__new__
-    for obj in _loads("[" + ",".join(payloads) + "]"):
+    for obj in loads_json("[" + ",".join(payloads) + "]"):
         exp = new(Experience)
         exp.state = obj.get("state")
         exp.actions = obj.get("actions")
@@ -873,4 +877,4 @@ def decode_experiences(payloads: list[str]) -> list[Experience]:
 
 def decode_row(row_id: str, meta: tuple[Any, ...], payload_json: str) -> DataRow:
     """Rebuild a row from its id, metadata tuple (in :data:`META_FIELDS` order) and payload."""
-    return DataRow(ExpMeta(*meta), _experience_from_json(payload_json), row_id)
+    return DataRow(ExpMeta(*meta), experience_from_json(payload_json), row_id)

@@ -22,20 +22,20 @@ from replaystore.experience.query import (
     validate_condition,
 )
 from replaystore.experience.rows import (
-    _COPY,
-    _ENCODE,
-    _META_SPEC,
+    COPY_KERNELS,
+    ENCODE_KERNELS,
     META_FIELDS,
+    META_SPEC,
     PAYLOAD_FIELDS,
     DataRow,
     Experience,
     ExpMeta,
-    _check_row,
-    _experience_from_json,
-    _loads,
-    _new_row,
+    check_row,
     encode_batch,
     encode_row,
+    experience_from_json,
+    loads_json,
+    new_row,
     snapshot_row,
 )
 from replaystore.experience.storage.base import (
@@ -408,7 +408,7 @@ class _Snapshot:
             raise AttributeError(name)
         values = self._values
         if values is None:
-            values = self._values = _loads(self._text)
+            values = self._values = loads_json(self._text)
         return values.get(name)
 
 
@@ -422,7 +422,7 @@ def _given_row(row: Any, normalised: DataRow, text: str | None) -> DataRow:
     """
     if not isinstance(row, DataRow):
         assert text is not None  # a mapping row is never snapshotted without JSON
-        return DataRow(normalised.exp_meta, _experience_from_json(text), normalised.id)
+        return DataRow(normalised.exp_meta, experience_from_json(text), normalised.id)
     if isinstance(row.exp_meta, ExpMeta):
         return row
     return DataRow(normalised.exp_meta, row.exp_data, row.id)
@@ -440,7 +440,7 @@ def _kept_row(row: Any, where: str) -> DataRow:
         SchemaError: as :func:`~replaystore.experience.rows.encode_row`, for the
             id and metadata (the payload is not checked).
     """
-    row_id, meta, exp = _check_row(row, where)
+    row_id, meta, exp = check_row(row, where)
     if isinstance(row, DataRow) and type(row.exp_meta) is ExpMeta:
         given = row.exp_meta
         if all(
@@ -566,8 +566,8 @@ class InMemoryStorage(Storage):
         # The common case (a DataRow of the exact types with exactly typed ASCII
         # metadata) is one compiled check; anything else is validated and, where
         # its metadata needs converting, rebuilt around the caller's exp_data.
-        check = _ENCODE[1]
-        if check is None or not check(data, DataRow, ExpMeta, Experience, _META_SPEC):
+        check = ENCODE_KERNELS[1]
+        if check is None or not check(data, DataRow, ExpMeta, Experience, META_SPEC):
             data = _kept_row(data, "data")
         lock = self._lock
         lock.acquire()  # not `with`: half the cost, which counts at a few hundred ns a row
@@ -592,11 +592,11 @@ class InMemoryStorage(Storage):
             batch = list(batch)  # read once: validated, then kept
         if batch is None or isinstance(batch, DataRow | Mapping):
             encode_batch(batch, _where)  # raises the error that names it
-        check = _ENCODE[1]
+        check = ENCODE_KERNELS[1]
         if check is None:
             ok = [False] * len(batch)
         else:
-            ok = [check(row, DataRow, ExpMeta, Experience, _META_SPEC) for row in batch]
+            ok = [check(row, DataRow, ExpMeta, Experience, META_SPEC) for row in batch]
         if not all(ok):
             batch = [
                 row if good else _kept_row(row, _where or f"data_batch[{i}]")
@@ -627,7 +627,7 @@ class InMemoryStorage(Storage):
         # checks and copy, one Python frame fewer per row. Anything else (and any
         # check that declines) takes snapshot_row itself, which raises its errors.
         snapshot: DataRow | None = None
-        kernels = _COPY
+        kernels = COPY_KERNELS
         if kernels and kernels[0] is not None and type(data) is DataRow:
             row_id = data.id
             meta = data.exp_meta
@@ -639,13 +639,13 @@ class InMemoryStorage(Storage):
                 and type(meta) is ExpMeta
                 and type(exp) is Experience
             ):
-                meta = kernels[4](meta, ExpMeta, _META_SPEC)
+                meta = kernels[4](meta, ExpMeta, META_SPEC)
                 if meta is not NotImplemented:
                     snap = kernels[2](exp, Experience, PAYLOAD_FIELDS)
                     if snap is not NotImplemented:
                         untrack = kernels[3]
                         untrack(meta)
-                        snapshot = _new_row(meta, snap, row_id)
+                        snapshot = new_row(meta, snap, row_id)
                         untrack(snapshot)
                         given = data
         if snapshot is None:
