@@ -22,6 +22,7 @@ from replaystore.rollouts.policy import WebAgent
 from replaystore.rollouts.sites import LocalSuite
 from replaystore.trajectories.buffer import ReplayBuffer
 from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
+from replaystore.trajectories.files.load import frames_of
 from replaystore.trajectories.storage import TrajectoryStorage
 from replaystore.view.trajectories import TrajectoryIndex
 
@@ -72,11 +73,11 @@ def _stored_text(root: Path) -> str:
     (compressed frames), every frame decoded."""
     storage = TrajectoryStorage(root)
     (file,) = storage.files()
-    header = storage._read_header(file)
+    header = storage.read_header(file)
     if header.version < 3:
         return file.path.read_text(encoding="utf-8")
     parts = [file.path.read_bytes().split(b"\n", 1)[0]]
-    for _, frame in storage._frames_of(header):
+    for _, frame in frames_of(header):
         parts += [message.encode("utf-8") for message in frame.messages] + frame.lines
     return b"\n".join(parts).decode("utf-8")
 

@@ -178,8 +178,8 @@ class Opener:
     def __exit__(self, *exc):
         return self.inner.__exit__(*exc)
 
-import replaystore.trajectories.storage as storage_module
-storage_module.atomic_open = Opener
+import replaystore.trajectories.files.writer as writer_module
+writer_module.atomic_open = Opener
 storage = TrajectoryStorage(sys.argv[1])
 if sys.argv[3] == "save":
     storage.save_iteration(2, [trajectory("late", 5), trajectory("later", 3)])

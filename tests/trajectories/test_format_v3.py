@@ -356,7 +356,7 @@ def test_a_lone_surrogate_is_refused_naming_the_step(tmp_path: Path, version: in
 def test_frames_are_stored_raw_where_compression_does_not_pay(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from replaystore.trajectories import storage as storage_module
+    from replaystore.trajectories.files import frames as storage_module
 
     class _Inflating:  # a compressor whose output is longer than its input
         def compress(self, data: bytes) -> bytes:
@@ -387,7 +387,8 @@ def test_step_to_dict_with_a_task_memo_gives_the_same_dicts(tmp_path: Path) -> N
 
 
 def test_split_prompts_join_back_to_the_same_text() -> None:
-    from replaystore.trajectories.storage import _join_prompt, _split_prompt
+    from replaystore.trajectories.files.prompts import join_prompt as _join_prompt
+    from replaystore.trajectories.files.prompts import split_prompt as _split_prompt
 
     a, b, c = (
         {"role": r, "content": f"{r} text, {{with}} braces"} for r in ("system", "user", "x")

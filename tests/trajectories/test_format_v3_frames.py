@@ -17,12 +17,10 @@ import numpy as np
 import pytest
 
 from replaystore.errors import StorageError
-from replaystore.trajectories.storage import (
-    _checked_head,
-    _frame_of,
-    _head_prompt,
-    _split_frame,
-)
+from replaystore.trajectories.files.v3 import _head_prompt
+from replaystore.trajectories.files.v3 import checked_head as _checked_head
+from replaystore.trajectories.files.v3 import frame_of as _frame_of
+from replaystore.trajectories.files.v3 import split_frame as _split_frame
 
 
 def _steps(n: int) -> list[dict[str, Any]]:
@@ -148,8 +146,8 @@ def _webgym_like(n_traj: int, steps: int = 6) -> list[list[dict[str, Any]]]:
 def test_frames_compressed_together_are_the_bytes_compressed_one_by_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from replaystore.trajectories import storage as module
     from replaystore.trajectories.buffer import ReplayBuffer
+    from replaystore.trajectories.files import frames as module
     from replaystore.trajectories.storage import TrajectoryStorage
 
     trajectories = _webgym_like(40)
@@ -171,7 +169,7 @@ def test_frames_compressed_together_are_the_bytes_compressed_one_by_one(
 def test_a_zstandard_backend_without_batch_compression_compresses_one_by_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from replaystore.trajectories import storage as module
+    from replaystore.trajectories.files import frames as module
     from replaystore.trajectories.storage import TrajectoryStorage
 
     class OneByOne:
@@ -245,7 +243,7 @@ def test_component_to_dict_is_the_field_by_field_conversion() -> None:
      "{", '{"a":1}{"b":2}', '{"a":1e400}', '{"a":1,"a":2}', "\ufeff{}"],
 )  # fmt: skip
 def test_loads_is_json_loads(text: str) -> None:
-    from replaystore.trajectories.storage import _loads
+    from replaystore.trajectories.files.jsonfast import loads as _loads
 
     try:
         expected: Any = ("value", json.loads(text))
@@ -259,7 +257,8 @@ def test_loads_is_json_loads(text: str) -> None:
 
 
 def test_the_reply_text_is_encoded_as_the_step_encoder_encodes_it() -> None:
-    from replaystore.trajectories.storage import _STEP_ENCODER, _encode_text
+    from replaystore.trajectories.files.jsonfast import STEP_ENCODER as _STEP_ENCODER
+    from replaystore.trajectories.files.jsonfast import encode_text as _encode_text
 
     for text in ("a", 'caf\u00e9 \u2603\n"\\\x00\x1f\x7f', "\ud800", "", "x" * 999, "\U0001f600"):
         assert _encode_text(text) == _STEP_ENCODER.encode(text)

@@ -24,9 +24,11 @@ import numpy as np
 import pytest
 
 from replaystore.errors import StorageError
-from replaystore.trajectories import storage as storage_module
 from replaystore.trajectories.buffer import ReplayBuffer
 from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
+from replaystore.trajectories.files import jsonfast as jsonfast_module
+from replaystore.trajectories.files import reader as reader_module
+from replaystore.trajectories.files import v4 as v4_module
 from replaystore.trajectories.storage import TrajectoryStorage
 
 from .test_format_v3 import _conversation_trajectory, _everything
@@ -97,7 +99,7 @@ def test_samples_come_from_the_texts_alone(chat_store, monkeypatch) -> None:
     refs = _array(header, "prompt_refs", "<i4")
     assert counts.tolist() == [2] * 48 and len(set(refs[::2].tolist())) == 1
     # a sample never decodes a frame
-    monkeypatch.setattr(storage_module, "_read_frame", _no_frames)
+    monkeypatch.setattr(reader_module, "read_frame", _no_frames)
     buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
     expected = _expected_messages(trajectories)
     assert [s["message"] for s in buffer] == expected  # iterating: many at once
@@ -124,7 +126,7 @@ def test_prompts_as_webgym_writes_them_take_the_same_path(tmp_path, monkeypatch,
     header, _ = _header(path)
     counts = _array(header, "prompt_counts", "<i4")
     assert counts.tolist() == [2] * 20  # split: system prompt and user message
-    monkeypatch.setattr(storage_module, "_read_frame", _no_frames)
+    monkeypatch.setattr(reader_module, "read_frame", _no_frames)
     buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
     expected = _expected_messages(trajectories)
     assert [buffer[i]["message"] for i in range(len(buffer))] == expected
@@ -212,7 +214,7 @@ def test_growing_summaries_are_prefix_links_and_repetitive_texts_compressed(
 
 
 def test_a_prefix_chain_is_bounded() -> None:
-    table = storage_module._TextTable()
+    table = v4_module.TextTable()
     text = "x" * 300
     numbers = []
     for k in range(30):
@@ -220,8 +222,8 @@ def test_a_prefix_chain_is_bounded() -> None:
         numbers.append(table.add(longer, [text] if k else ()))
         text = longer
     depths = [table.depths[n] for n in numbers]
-    assert max(depths) == storage_module._PREFIX_CHAIN
-    assert depths[storage_module._PREFIX_CHAIN + 1] == 0  # a whole text starts a new chain
+    assert max(depths) == v4_module._PREFIX_CHAIN
+    assert depths[v4_module._PREFIX_CHAIN + 1] == 0  # a whole text starts a new chain
 
 
 def test_format_3_files_upgrade_to_format_4_and_format_4_ranks_merge(tmp_path: Path) -> None:
@@ -270,7 +272,7 @@ _JSON_TEXTS = [
 @pytest.mark.parametrize("text", _JSON_TEXTS)
 def test_the_text_parser_gives_what_json_loads_gives(text: str) -> None:
     for data in (text, text.encode("utf-8")):
-        got, expected = storage_module._loads_text(data), json.loads(data)
+        got, expected = jsonfast_module.loads_text(data), json.loads(data)
         assert repr(got) == repr(expected) and type(got) is type(expected)
 
 
@@ -297,7 +299,7 @@ def test_the_text_parser_on_random_values() -> None:
         v = value(0)
         for ascii_only in (True, False):
             text = json.dumps(v, ensure_ascii=ascii_only)
-            got = storage_module._loads_text(text.encode("utf-8"))
+            got = jsonfast_module.loads_text(text.encode("utf-8"))
             expected = json.loads(text)
             assert got == expected or (isinstance(got, float) and math.isnan(got))
             assert json.dumps(got) == json.dumps(expected)
@@ -349,7 +351,7 @@ def test_reads_with_and_without_the_texts_kernel_agree(chat_store, monkeypatch) 
     )
     results = []
     for kernel in (_texts, None):
-        monkeypatch.setattr(storage_module, "_TEXTS_KERNEL", [kernel])
+        monkeypatch.setattr(jsonfast_module, "_TEXTS_KERNEL", [kernel])
         buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
         got: list[Any] = []
         with pytest.raises(StorageError, match=r"trajectory 5 step 2 .*CRC-32C"):
@@ -363,15 +365,15 @@ def test_a_probe_decides_whether_a_files_texts_are_worth_compressing() -> None:
     rng = np.random.default_rng(4)
 
     def table_of(texts: list[str]) -> Any:
-        table = storage_module._TextTable()
+        table = v4_module.TextTable()
         for text in texts:
             table.add(text)
         table.compress(2)
         return table
 
     noise = [rng.integers(0, 2**62, 40).tobytes().hex() for _ in range(200)]  # 640 hex chars
-    assert set(table_of(noise).codecs) == {storage_module._CODEC_RAW}
+    assert set(table_of(noise).codecs) == {v4_module.CODEC_RAW}
     trees = [f"{i}: " + " ".join(f"[{k}] link 'item {k}'" for k in range(40)) for i in range(200)]
     table = table_of(trees)
-    assert set(table.codecs) == {storage_module._CODEC_ZSTD}  # every one, not only the probe
+    assert set(table.codecs) == {v4_module.CODEC_ZSTD}  # every one, not only the probe
     assert all(len(t) <= 0.5 * len(text) for t, text in zip(table.texts, trees, strict=True))

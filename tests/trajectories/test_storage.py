@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import replaystore.trajectories.storage as storage_module
+import replaystore.trajectories.files.writer as writer_module
 from replaystore.errors import StorageError, TrajectoryError
 from replaystore.trajectories import ReplayBuffer, TrajectoryStorage, step_to_dict
 
@@ -299,14 +299,14 @@ def test_a_reader_during_a_write_never_sees_a_partial_file(
         assert all(row["steps"] % 12 == 0 for row in reader.stats()["iterations"])
         seen.append(len(loaded))
 
-    real_open = storage_module.atomic_open
+    real_open = writer_module.atomic_open
 
     @contextlib.contextmanager
     def checking_open(path: Path, mode: str = "wb", **kwargs: Any) -> Iterator[Any]:
         with real_open(path, mode, **kwargs) as handle:
             yield _CheckingHandle(handle, reader_check)
 
-    monkeypatch.setattr(storage_module, "atomic_open", checking_open)
+    monkeypatch.setattr(writer_module, "atomic_open", checking_open)
     storage.save_iteration(2, batch, rank=0)
     storage.save_iteration(2, batch, rank=1)
     storage.merge_ranks(2)

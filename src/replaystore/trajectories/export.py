@@ -582,53 +582,16 @@ def export_llamafactory(
             ``dataset_info.json``.
         ValueError: an invalid argument (``image_root`` not a directory included).
     """
-    _check_format(format)
-    _check_kind(kind, format)
-    if file_format not in ("json", "jsonl"):
-        raise ArgumentError(f"file_format must be 'json' or 'jsonl', got {file_format!r}")
-    if on_error not in ("raise", "skip"):
-        raise ArgumentError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
-    if not 0.0 <= val_ratio < 1.0:
-        raise ArgumentError(f"val_ratio must be in [0, 1), got {val_ratio!r}")
-    if not dataset_name or any(c in dataset_name for c in "/\\\0"):
-        raise ArgumentError(
-            f"dataset_name must be a non-empty file name stem, got {dataset_name!r}"
-        )
-    confined: Path | None = None
-    if image_root is not None:
-        confined = Path(os.path.realpath(image_root))
-        if not confined.is_dir():
-            raise ArgumentError(f"image_root must be an existing directory, got {image_root!r}")
+    confined = _check_export_arguments(
+        format, kind, file_format, on_error, val_ratio, dataset_name, image_root
+    )
     root = Path(out_dir).absolute()
     info_path = root / "dataset_info.json"
     info = _read_dataset_info(info_path)
 
     sink = _ImageSink(root, copy_images, confined)
-    try:
-        records, rejected = _convert_all(samples, format, sink, kind)
-        if rejected and on_error == "raise":
-            listed = "\n".join(f"  sample {r.index}: {r.reason}" for r in rejected[:20])
-            more = f"\n  ... and {len(rejected) - 20} more" if len(rejected) > 20 else ""
-            raise ExportError(
-                f"{len(rejected)} of {len(samples)} samples cannot be exported; "
-                f"nothing was written:\n{listed}{more}"
-            )
-        if not records:
-            raise ExportError(f"no exportable samples (got {len(samples)}); nothing was written")
-    except BaseException:
-        sink.discard()
-        raise
-    for r in rejected:
-        logger.warning("sample %d left out of the export: %s", r.index, r.reason)
-
-    order = np.arange(len(records))
-    if shuffle:
-        order = np.random.default_rng(seed).permutation(len(records))
-    n_val = 0
-    if val_ratio > 0 and len(records) >= 2:
-        n_val = min(max(1, round(len(records) * val_ratio)), len(records) - 1)
-    val = [records[i] for i in order[:n_val]]
-    train = [records[i] for i in order[n_val:]]
+    records, rejected = _convert_or_refuse(samples, format, sink, kind, on_error)
+    train, val = _split(records, shuffle, seed, val_ratio)
 
     root.mkdir(parents=True, exist_ok=True)
     train_file = root / f"{dataset_name}.{file_format}"
@@ -662,6 +625,78 @@ def export_llamafactory(
         root,
     )
     return report
+
+
+def _check_export_arguments(
+    format: Format,
+    kind: Kind,
+    file_format: str,
+    on_error: str,
+    val_ratio: float,
+    dataset_name: str,
+    image_root: str | os.PathLike[str] | None,
+) -> Path | None:
+    """:func:`export_llamafactory`'s checks of its arguments; the resolved image root."""
+    _check_format(format)
+    _check_kind(kind, format)
+    if file_format not in ("json", "jsonl"):
+        raise ArgumentError(f"file_format must be 'json' or 'jsonl', got {file_format!r}")
+    if on_error not in ("raise", "skip"):
+        raise ArgumentError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if not 0.0 <= val_ratio < 1.0:
+        raise ArgumentError(f"val_ratio must be in [0, 1), got {val_ratio!r}")
+    if not dataset_name or any(c in dataset_name for c in "/\\\0"):
+        raise ArgumentError(
+            f"dataset_name must be a non-empty file name stem, got {dataset_name!r}"
+        )
+    if image_root is None:
+        return None
+    confined = Path(os.path.realpath(image_root))
+    if not confined.is_dir():
+        raise ArgumentError(f"image_root must be an existing directory, got {image_root!r}")
+    return confined
+
+
+def _convert_or_refuse(
+    samples: Sequence[Mapping[str, Any]],
+    format: Format,
+    sink: _ImageSink,
+    kind: Kind,
+    on_error: str,
+) -> tuple[list[dict[str, Any]], list[RejectedSample]]:
+    """The records of ``samples`` and the rejected ones; with ``on_error="raise"`` any
+    rejected sample (or none exportable) raises, and images already written are removed."""
+    try:
+        records, rejected = _convert_all(samples, format, sink, kind)
+        if rejected and on_error == "raise":
+            listed = "\n".join(f"  sample {r.index}: {r.reason}" for r in rejected[:20])
+            more = f"\n  ... and {len(rejected) - 20} more" if len(rejected) > 20 else ""
+            raise ExportError(
+                f"{len(rejected)} of {len(samples)} samples cannot be exported; "
+                f"nothing was written:\n{listed}{more}"
+            )
+        if not records:
+            raise ExportError(f"no exportable samples (got {len(samples)}); nothing was written")
+    except BaseException:
+        sink.discard()
+        raise
+    for r in rejected:
+        logger.warning("sample %d left out of the export: %s", r.index, r.reason)
+    return records, rejected
+
+
+def _split(
+    records: list[dict[str, Any]], shuffle: bool, seed: int | None, val_ratio: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(train, val)``: ``round(n * val_ratio)`` records for validation (at least 1 when
+    ``val_ratio > 0`` and ``n >= 2``, always one left for training), after a seeded shuffle."""
+    order = np.arange(len(records))
+    if shuffle:
+        order = np.random.default_rng(seed).permutation(len(records))
+    n_val = 0
+    if val_ratio > 0 and len(records) >= 2:
+        n_val = min(max(1, round(len(records) * val_ratio)), len(records) - 1)
+    return [records[i] for i in order[n_val:]], [records[i] for i in order[:n_val]]
 
 
 def _read_dataset_info(path: Path) -> dict[str, Any]:

@@ -741,7 +741,34 @@ def import_webgym(
         if isinstance(out_storage_or_dir, TrajectoryStorage)
         else TrajectoryStorage(out_storage_or_dir)
     )
-    paths = _expand(files)
+    plan = _import_plan(_expand(files), storage)
+    done: list[ImportedFile] = []
+    for path, iteration, rank in plan:
+        trajectories, metadata = _load(path, limits)
+        header = {"imported_from": str(path), "webgym_metadata": _jsonable(metadata)}
+        written = storage.save_iteration(iteration, trajectories, rank=rank, metadata=header)
+        steps = sum(len(t) for t in trajectories)
+        logger.info(
+            "imported %s as iteration %d rank %d: %d trajectories, %d steps",
+            path,
+            iteration,
+            rank,
+            len(trajectories),
+            steps,
+        )
+        done.append(ImportedFile(path, iteration, rank, len(trajectories), steps, Path(written)))
+        if progress is not None:
+            progress(len(done), len(plan), done[-1])
+    return done
+
+
+def _import_plan(paths: list[Path], storage: TrajectoryStorage) -> list[tuple[Path, int, int]]:
+    """``(file, iteration, rank)`` of every file to import, in (iteration, rank) order:
+    from the file's name, else the next free iteration numbers.
+
+    Raises:
+        StorageError: two files map to the same slot, or the storage has the iteration.
+    """
     named = [webgym_file_iteration(p) for p in paths]
     taken = set(storage.iterations())
     next_iteration = max([n[0] for n in named if n is not None] + list(taken) + [0]) + 1
@@ -762,25 +789,7 @@ def import_webgym(
         seen[slot] = path
         plan.append((path, *slot))
     plan.sort(key=lambda item: (item[1], item[2]))
-
-    done: list[ImportedFile] = []
-    for path, iteration, rank in plan:
-        trajectories, metadata = _load(path, limits)
-        header = {"imported_from": str(path), "webgym_metadata": _jsonable(metadata)}
-        written = storage.save_iteration(iteration, trajectories, rank=rank, metadata=header)
-        steps = sum(len(t) for t in trajectories)
-        logger.info(
-            "imported %s as iteration %d rank %d: %d trajectories, %d steps",
-            path,
-            iteration,
-            rank,
-            len(trajectories),
-            steps,
-        )
-        done.append(ImportedFile(path, iteration, rank, len(trajectories), steps, Path(written)))
-        if progress is not None:
-            progress(len(done), len(plan), done[-1])
-    return done
+    return plan
 
 
 def _jsonable(value: Any) -> Any:

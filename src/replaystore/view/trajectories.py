@@ -104,7 +104,7 @@ class TrajectoryIndex:
         first_pos = 0
         for file_id, f in enumerate(files):
             # The storage's own header reader: it checks size, last line and checksums.
-            header = self.storage._read_header(f)
+            header = self.storage.read_header(f)
             self.files.append(f.path)
             n_traj = int(header.lengths.size)
             lengths = header.lengths.astype(np.int64)
@@ -136,7 +136,7 @@ class TrajectoryIndex:
             traj_parts["reward"].append(rewards)
             traj_parts["dummy"].append(header.dummy.astype(bool))
             # the first and last step of each trajectory (any format version)
-            for first, last in self.storage._edge_records(header):
+            for first, last in self.storage.edge_records(header):
                 task = _get(first, "step", "observation", "task")
                 names.append(str(task.get("task_name") or ""))
                 websites.append(_label(task.get("website")))
@@ -361,7 +361,7 @@ class TrajectoryIndex:
         pos = int(self.traj_first[tid]) + first
         if self.step_offset[pos] < 0:  # format 3: the trajectory's frame
             try:
-                steps = self.storage._trajectory_steps(
+                steps = self.storage.trajectory_steps(
                     self._headers[int(self.traj_file[tid])],
                     int(self.traj_local[tid]),
                     first,
@@ -388,7 +388,7 @@ class TrajectoryIndex:
         out = []
         for i, line in enumerate(lines):
             where = f"trajectory {tid} step {first + i} ({path.name})"
-            t, s, step = self.storage._decode_line(line, where, int(self.step_crc[pos + i]))
+            t, s, step = self.storage.decode_line(line, where, int(self.step_crc[pos + i]))
             if t != int(self.traj_local[tid]) or s != first + i:
                 raise StorageError(f"{where}: the file changed after the viewer indexed it")
             step["same_as_next_screenshot"] = bool(self.step_same[pos + i])
