@@ -47,14 +47,9 @@ EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("loop/runner.py", "LoopRunner._run_lock", "open(w)"): (
         "the run directory's lock file: flock'd, holds the pid for the error message only"
     ),
-    ("loop/runner.py", "LoopRunner._write_dataset", "os.replace"): (
-        "renames the complete dataset.partial directory into place: the directory's commit"
-    ),
-    ("loop/runner.py", "LoopRunner._stage_model", "os.replace"): (
-        "renames the complete model.partial directory into place: the directory's commit"
-    ),
-    ("loop/runner.py", "LoopRunner._stage_train", "os.replace"): (
-        "renames the checkpoint's complete .partial directory into place (weights checked)"
+    ("loop/stages/partial.py", "_commit", "os.replace"): (
+        "renames a complete .partial directory (dataset, tiny model, checkpoint) into "
+        "place: the directory's commit"
     ),
     ("loop/tools.py", "merge_adapter", "os.replace"): (
         "renames the merged model's complete .partial directory into place (weights checked)"

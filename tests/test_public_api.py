@@ -74,6 +74,15 @@ EXPORTS: dict[str, list[str]] = {
         "open_storage",
     ],
     "replaystore.experience.storage.sqlite": ["SqliteStorage"],
+    "replaystore.loop.stages": [
+        "DATASET_NAME",
+        "Outcome",
+        "Recovery",
+        "RunContext",
+        "RunPaths",
+        "Stage",
+        "run_stage",
+    ],
     "replaystore.pipeline": [
         "Blocklist",
         "BlocklistManager",

@@ -1,6 +1,4 @@
-"""One real local Ray runtime per test process (``ray.init(num_cpus=2)``, small object
-store), started by the first test that asks for it and shut down at the session's end:
-starting one takes seconds, and every test terminates the actors it created."""
+"""One real local Ray runtime per test module (``ray.init(num_cpus=2)``, small object store)."""
 
 from __future__ import annotations
 
@@ -17,7 +15,7 @@ if importlib.util.find_spec("ray") is None:
     pytest.skip('Ray is not installed (pip install "replaystore[ray]")', allow_module_level=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_session() -> Iterator[Any]:
     import ray
 

@@ -451,6 +451,24 @@ class LoopConfig:
                 f"tasks must be 'suite', a task file path or 'miniwob:NAME,...', got {d['tasks']!r}"
             )
         self._check_miniwob()
+        self._check_rollout()
+        self._check_bootstrap()
+        self._check_model()
+        self._check_buffer()
+        self._check_train()
+        buf = d["buffer"]
+        for key in ("filter_successful_only", "filter_same_screenshot"):
+            if not isinstance(buf[key], bool):
+                raise ConfigError(f"buffer.{key} must be true or false, got {buf[key]!r}")
+        self._check_serve()
+        for section, key in (("train", "env"), ("serve", "env")):
+            env = d[section][key]
+            if not all(isinstance(k, str) for k in env):
+                raise ConfigError(f"{section}.{key} must map names to values, got {env!r}")
+
+    def _check_rollout(self) -> None:
+        """The ``rollout`` keys."""
+        d = self.data
         r = d["rollout"]
         _int(r, "workers", 1, "rollout.")
         _int(r, "suite_port", 0, "rollout.")
@@ -466,6 +484,10 @@ class LoopConfig:
             raise ConfigError(f"rollout.viewport must be [width, height], got {viewport!r}")
         if not isinstance(r["cdp"], list) or not all(isinstance(u, str) for u in r["cdp"]):
             raise ConfigError(f"rollout.cdp must be a list of URLs, got {r['cdp']!r}")
+
+    def _check_bootstrap(self) -> None:
+        """The ``bootstrap`` and ``prompt`` keys."""
+        d = self.data
         b = d["bootstrap"]
         if b["source"] is not None and not isinstance(b["source"], str):
             raise ConfigError(
@@ -478,6 +500,10 @@ class LoopConfig:
             value = b[key]
             if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
                 raise ConfigError(f"bootstrap.{key} must be in [0, 1], got {value!r}")
+
+    def _check_model(self) -> None:
+        """The ``model`` keys (the tiny model's shape included)."""
+        d = self.data
         m = d["model"]
         if m["path"] is None and d["observation"] == "screenshot":
             raise ConfigError(
@@ -498,6 +524,10 @@ class LoopConfig:
                 f"model.tiny.hidden must be 64 x heads (vLLM's CPU attention needs head_dim 64), "
                 f"got hidden {tiny['hidden']} with {tiny['heads']} heads"
             )
+
+    def _check_buffer(self) -> None:
+        """The ``buffer`` draw's keys."""
+        d = self.data
         buf = d["buffer"]
         _number(buf, "recency_bias_power", "buffer.", minimum=0.0, strict=False)
         if buf["train_samples"] is not None:
@@ -507,6 +537,10 @@ class LoopConfig:
         ratio = buf["val_ratio"]
         if not isinstance(ratio, int | float) or isinstance(ratio, bool) or not 0 <= ratio < 1:
             raise ConfigError(f"buffer.val_ratio must be in [0, 1), got {ratio!r}")
+
+    def _check_train(self) -> None:
+        """The ``train`` keys (``train.lora`` included)."""
+        d = self.data
         t = d["train"]
         _choice(t, "init", ("previous", "base"), "train.")
         stages = t["stage"] if isinstance(t["stage"], list) else [t["stage"]]
@@ -535,9 +569,10 @@ class LoopConfig:
                 "train.lora.target must be a comma-separated string of module names "
                 f"(or all), got {lora['target']!r}"
             )
-        for key in ("filter_successful_only", "filter_same_screenshot"):
-            if not isinstance(buf[key], bool):
-                raise ConfigError(f"buffer.{key} must be true or false, got {buf[key]!r}")
+
+    def _check_serve(self) -> None:
+        """The ``serve`` and ``policy`` keys."""
+        d = self.data
         s = d["serve"]
         if s["base_url"] is not None and not str(s["base_url"]).startswith(("http://", "https://")):
             raise ConfigError(f"serve.base_url must be an http(s) URL, got {s['base_url']!r}")
@@ -553,10 +588,6 @@ class LoopConfig:
         _int(p, "max_tokens", 1, "policy.")
         _number(p, "timeout_s", "policy.")
         _int(p, "max_retries", 0, "policy.")
-        for section, key in (("train", "env"), ("serve", "env")):
-            env = d[section][key]
-            if not all(isinstance(k, str) for k in env):
-                raise ConfigError(f"{section}.{key} must map names to values, got {env!r}")
 
     def _check_miniwob(self) -> None:
         """The MiniWoB++ keys: task names, seeds, and no seed both trained on and held out."""

@@ -128,36 +128,12 @@ def _json_strings(data: object) -> Iterator[str]:
             yield from _json_strings(item)
 
 
-def build(
-    out: Path,
-    corpus: list[Path],
-    *,
-    layers: int,
-    hidden: int,
-    heads: int,
-    vocab: int,
-    seed: int,
-    max_positions: int,
-    pretrain_steps: int = 0,
-) -> dict[str, object]:
-    """Train the tokenizer, build the model (``pretrain_steps`` of :func:`pretrain` when
-    > 0), save both under ``out``; the settings used."""
-    import torch
+def _tokenizer(corpus: list[Path], *, vocab: int, max_positions: int) -> tuple[Any, Any]:
+    """The byte-level BPE trained on ``corpus`` (``vocab`` tokens) and its transformers
+    tokenizer with the ChatML chat template."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import (
-        AutoTokenizer,
-        GenerationConfig,
-        PreTrainedTokenizerFast,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
+    from transformers import PreTrainedTokenizerFast
 
-    if hidden % heads or hidden // heads != 64:
-        raise SystemExit(
-            f"hidden / heads must be 64 (vLLM's CPU attention needs head_dim 64), "
-            f"got hidden={hidden} heads={heads}"
-        )
-    torch.manual_seed(seed)
     bpe = Tokenizer(models.BPE())
     bpe.normalizer = normalizers.NFC()
     bpe.pre_tokenizer = pre_tokenizers.Sequence(
@@ -184,6 +160,59 @@ def build(
         model_max_length=max_positions,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    return bpe, tokenizer
+
+
+def _save(out: Path, model: Any, tokenizer: Any, bpe: Any) -> None:
+    """Save the model, its tokenizer (checked to reproduce the trained tokenization) and
+    its generation config under ``out``."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    tokenizer_config = out / "tokenizer_config.json"
+    settings_json = json.loads(tokenizer_config.read_text(encoding="utf-8"))
+    settings_json["tokenizer_class"] = "Qwen2Tokenizer"
+    _atomic_write_text(tokenizer_config, json.dumps(settings_json, indent=2))
+    probe = "Task: 38043 @(151,189)\nAction: click(72, 27)"
+    reloaded = AutoTokenizer.from_pretrained(out)
+    if reloaded(probe, add_special_tokens=False)["input_ids"] != bpe.encode(probe).ids:
+        raise SystemExit(
+            f"the saved tokenizer ({type(reloaded).__name__}) does not reproduce the trained "
+            "tokenization: the model would be served with other token ids than it was trained on"
+        )
+    GenerationConfig(
+        eos_token_id=model.config.eos_token_id,
+        pad_token_id=model.config.pad_token_id,
+        do_sample=False,
+    ).save_pretrained(out)
+
+
+def build(
+    out: Path,
+    corpus: list[Path],
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    vocab: int,
+    seed: int,
+    max_positions: int,
+    pretrain_steps: int = 0,
+) -> dict[str, object]:
+    """Train the tokenizer, build the model (``pretrain_steps`` of :func:`pretrain` when
+    > 0), save both under ``out``; the settings used."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if hidden % heads or hidden // heads != 64:
+        raise SystemExit(
+            f"hidden / heads must be 64 (vLLM's CPU attention needs head_dim 64), "
+            f"got hidden={hidden} heads={heads}"
+        )
+    torch.manual_seed(seed)
+    bpe, tokenizer = _tokenizer(corpus, vocab=vocab, max_positions=max_positions)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden,
@@ -202,23 +231,7 @@ def build(
     pretrained = None
     if pretrain_steps > 0:  # torch's threads as the environment sets them (OMP_NUM_THREADS)
         pretrained = pretrain(model, tokenizer, steps=pretrain_steps, seed=seed)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    tokenizer_config = out / "tokenizer_config.json"
-    settings_json = json.loads(tokenizer_config.read_text(encoding="utf-8"))
-    settings_json["tokenizer_class"] = "Qwen2Tokenizer"
-    _atomic_write_text(tokenizer_config, json.dumps(settings_json, indent=2))
-    probe = "Task: 38043 @(151,189)\nAction: click(72, 27)"
-    reloaded = AutoTokenizer.from_pretrained(out)
-    if reloaded(probe, add_special_tokens=False)["input_ids"] != bpe.encode(probe).ids:
-        raise SystemExit(
-            f"the saved tokenizer ({type(reloaded).__name__}) does not reproduce the trained "
-            "tokenization: the model would be served with other token ids than it was trained on"
-        )
-    GenerationConfig(
-        eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id, do_sample=False
-    ).save_pretrained(out)
+    _save(out, model, tokenizer, bpe)
     settings: dict[str, object] = {
         "architecture": "Qwen2ForCausalLM",
         "layers": layers,
@@ -330,6 +343,42 @@ def training_segments(rng: Any, words: list[str] | None = None) -> list[tuple[st
     return segments
 
 
+def _padded(rows: list[tuple[list[int], list[int]]], pad: int) -> tuple[Any, Any, Any]:
+    """``(ids, labels)`` rows right-padded into one batch: input ids, targets, attention mask."""
+    import torch
+
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    target = torch.full((len(rows), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, (ids, labels) in enumerate(rows):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        target[i, : len(labels)] = torch.tensor(labels)
+        mask[i, : len(ids)] = 1
+    return input_ids, target, mask
+
+
+def _accuracy(model: Any, tokenizer: Any, words: list[str], *, seed: int) -> dict[str, float]:
+    """The exact-match rate of the answers on 300 fresh examples of each kind."""
+    import random
+
+    import torch
+
+    accuracy: dict[str, float] = {}
+    check = random.Random(seed + 2)
+    with torch.no_grad():
+        for kind, name in enumerate(("find the id", "copy the quote", "copy then find")):
+            # One right-padded batch per kind: with causal attention and the padding masked,
+            # a row's logits are those it has alone.
+            rows = [_encode(tokenizer, *synthetic_example(check, kind, words)) for _ in range(300)]
+            input_ids, target, mask = _padded(rows, tokenizer.pad_token_id)
+            guess = model(input_ids=input_ids, attention_mask=mask).logits.argmax(-1)
+            # the token at i is predicted at i - 1; a row is right when every answer token is
+            wrong = (guess[:, :-1] != target[:, 1:]) & (target[:, 1:] != -100)
+            accuracy[name] = int((~wrong.any(dim=1)).sum()) / len(rows)
+    return accuracy
+
+
 def pretrain(
     model: Any, tokenizer: Any, *, steps: int, seed: int, batch: int = 16, max_tokens: int = 160
 ) -> dict[str, object]:
@@ -367,15 +416,7 @@ def pretrain(
                 ids += more_ids
                 labels += more_labels
             rows.append((ids[:max_tokens], labels[:max_tokens]))
-        width = max(len(r[0]) for r in rows)
-        input_ids = torch.full((batch, width), pad, dtype=torch.long)
-        target = torch.full((batch, width), -100, dtype=torch.long)
-        mask = torch.zeros((batch, width), dtype=torch.long)
-        for i, (ids, labels) in enumerate(rows):
-            input_ids[i, : len(ids)] = torch.tensor(ids)
-            target[i, : len(labels)] = torch.tensor(labels)
-            mask[i, : len(ids)] = 1
-        return input_ids, target, mask
+        return _padded(rows, pad)
 
     warmup = min(100, max(1, steps // 10))
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
@@ -402,25 +443,7 @@ def pretrain(
             sys.stderr.write(f"pretrain step {step + 1}/{steps}: loss {losses[-1]:.4f}\n")
             sys.stderr.flush()
     model.eval()
-    accuracy: dict[str, float] = {}
-    check = random.Random(seed + 2)
-    with torch.no_grad():
-        for kind, name in enumerate(("find the id", "copy the quote", "copy then find")):
-            # One right-padded batch per kind: with causal attention and the padding masked,
-            # a row's logits are those it has alone.
-            rows = [_encode(tokenizer, *synthetic_example(check, kind, words)) for _ in range(300)]
-            width = max(len(ids) for ids, _ in rows)
-            input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-            target = torch.full((len(rows), width), -100, dtype=torch.long)
-            mask = torch.zeros((len(rows), width), dtype=torch.long)
-            for i, (ids, labels) in enumerate(rows):
-                input_ids[i, : len(ids)] = torch.tensor(ids)
-                target[i, : len(labels)] = torch.tensor(labels)
-                mask[i, : len(ids)] = 1
-            guess = model(input_ids=input_ids, attention_mask=mask).logits.argmax(-1)
-            # the token at i is predicted at i - 1; a row is right when every answer token is
-            wrong = (guess[:, :-1] != target[:, 1:]) & (target[:, 1:] != -100)
-            accuracy[name] = int((~wrong.any(dim=1)).sum()) / len(rows)
+    accuracy = _accuracy(model, tokenizer, words, seed=seed)
     sys.stderr.write(f"pretrain accuracy on fresh examples: {accuracy}\n")
     return {
         "steps": steps,
