@@ -206,6 +206,7 @@ def _loaded_after(code: str) -> dict[str, bool]:
         "from replaystore.trajectories import TrajectoryStorage, Task, Step, step_from_dict",
         "from replaystore.trajectories import ConversationBuilder, export_llamafactory",
         "from replaystore.trajectories.index import StepIndex, final_reward_value",
+        "from replaystore.formats.detect import detect, detect_with_storage",
     ],
 )
 def test_pipeline_and_storage_imports_are_torch_free(code: str) -> None:

@@ -128,3 +128,34 @@ def test_cli_stats_and_export_fail_alike_on_a_stored_none_reward(
     assert stats_err.replace("replaystore stats", "") == export_err.replace(
         "replaystore export", ""
     )
+
+
+def test_one_success_rule_counts_attempts_without_dummies() -> None:
+    from replaystore.trajectories.index import count_successes, success_rate
+
+    rewards = np.array([1.0, 0.0, 0.5, 0.0, 1.0])
+    dummy = np.array([False, False, False, True, True])
+    assert count_successes(rewards, dummy, 1.0) == (1, 3)  # dummies are no attempts
+    assert count_successes(rewards, dummy, 0.5) == (2, 3)
+    assert count_successes([], [], 1.0) == (0, 0)
+    assert success_rate(1, 3) == pytest.approx(1 / 3)
+    assert success_rate(0, 0) == 0.0 and math.isnan(success_rate(0, 0, empty=math.nan))
+    with pytest.raises(ValueError, match="3 final rewards for 2 dummy flags"):
+        count_successes([1.0, 0.0, 1.0], [False, True], 1.0)
+
+
+def test_storage_stats_cli_and_viewer_report_the_same_rate(
+    trajectory_factory: TrajectoryFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The same storage through the three readers: the rate is one rule's.
+    storage = TrajectoryStorage(tmp_path / "store")
+    won = trajectory_factory.trajectory(2, final_reward=1.0)
+    lost = trajectory_factory.trajectory(3, final_reward=0.0)
+    storage.save_iteration(1, [won, lost, trajectory_factory.trajectory(1, final_reward=1.0)])
+    stats = storage.stats()
+    assert (stats["successful_trajectories"], stats["dummy_trajectories"]) == (2, 0)
+    assert cli.main(["stats", str(tmp_path / "store"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["success_rate"] == pytest.approx(2 / 3)
+    from replaystore.view.trajectories import TrajectoryIndex
+
+    assert TrajectoryIndex(tmp_path / "store").overview()["success_rate"] == pytest.approx(2 / 3)

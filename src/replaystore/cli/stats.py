@@ -10,6 +10,8 @@ from typing import Any
 from replaystore.cli._common import Parser, UsageError, finite_float, human_bytes, store_path, table
 from replaystore.errors import ReplayStoreError
 from replaystore.formats import sqlite_experience
+from replaystore.formats.detect import NotAStoreError
+from replaystore.formats.detect import detect as detect_store
 from replaystore.formats.transitions_checkpoint import (
     confine_name,
     is_zip_archive,
@@ -45,47 +47,15 @@ def add_arguments(parser: Parser) -> None:
 
 
 def detect(path: Path) -> tuple[str, Path]:
-    """What ``path`` is: ``(kind, file or directory to read)``.
+    """``(kind, path to open)`` of a local PATH (:func:`replaystore.formats.detect.detect`).
 
     Raises:
         UsageError: ``path`` does not exist or is none of the known kinds.
     """
-    if path.is_dir():
-        # Cheap checks first: the trajectory storage import pulls in torch.
-        if (path / "buffer.json").is_file():
-            return "transitions_memmap", path
-        checkpoints = sorted(path.glob("*.metadata"))
-        if len(checkpoints) == 1:
-            return "transitions_checkpoint", checkpoints[0]
-        from replaystore.trajectories.storage import TrajectoryStorage
-
-        if TrajectoryStorage(path, stale_temp_age_s=None).files():  # read-only
-            return "trajectory_storage", path
-        raise UsageError(
-            f"{path} is a directory with no trajectory iteration files (iteration_*.jsonl), "
-            "no memory-mapped transitions buffer (buffer.json) and no single checkpoint "
-            "(*.metadata)"
-        )
-    if path.is_file():
-        if sqlite_experience.is_sqlite_file(path):
-            return "sqlite_experience_store", path
-        if path.name.endswith(".metadata"):
-            return "transitions_checkpoint", path
-        if path.name == "buffer.json":
-            return "transitions_memmap", path.parent
-        if path.name.startswith("iteration_") and path.suffix == ".jsonl":
-            raise UsageError(
-                f"{path} is one trajectory iteration file: pass its directory ({path.parent})"
-            )
-        raise UsageError(
-            f"cannot tell what {path} is: expected a trajectory storage directory, a SQLite "
-            "experience store, a transitions checkpoint (<name>.metadata) or a memmap "
-            "buffer directory"
-        )
-    metadata = path.with_name(path.name + ".metadata")
-    if metadata.is_file():  # a checkpoint named by its prefix, as save()/load() take it
-        return "transitions_checkpoint", metadata
-    raise UsageError(f"{path} does not exist")
+    try:
+        return detect_store(path)
+    except NotAStoreError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _trajectory_stats(path: Path, success_threshold: float) -> dict[str, Any]:
@@ -95,8 +65,10 @@ def _trajectory_stats(path: Path, success_threshold: float) -> dict[str, Any]:
     storage = TrajectoryStorage(path, stale_temp_age_s=None)
     stats = storage.stats(success_threshold=success_threshold)
     stats["root"] = str(path.resolve())
+    from replaystore.trajectories.index import success_rate
+
     valid = stats["total_trajectories"] - stats["dummy_trajectories"]
-    stats["success_rate"] = stats["successful_trajectories"] / valid if valid else 0.0
+    stats["success_rate"] = success_rate(stats["successful_trajectories"], valid)
     stats["success_threshold"] = success_threshold
     return stats
 

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from replaystore.cli._common import Parser, UsageError, int_at_least, store_path
-from replaystore.cli.stats import detect
+from replaystore.formats.detect import NotAStoreError, detect_with_storage
 from replaystore.redaction import redact
 
 __all__ = ["DESCRIPTION", "add_arguments", "run", "view_target"]
@@ -62,18 +62,11 @@ def view_target(text: str) -> tuple[str, str, Path | None]:
     if is_postgres_url(text):
         return "postgres_experience_store", text, None
     path = store_path(text)
-    no_other = not (path / "buffer.json").is_file() and len(list(path.glob("*.metadata"))) != 1
-    if path.is_dir() and no_other:
-        from replaystore.trajectories.storage import TrajectoryStorage
-
-        # stale_temp_age_s=None: opening a storage would otherwise remove abandoned
-        # temporary files (as _detect's does); the viewer writes nothing.
-        if TrajectoryStorage(path, stale_temp_age_s=None).files():
-            return "trajectory_storage", str(path), None
-        if TrajectoryStorage(path / "storage", stale_temp_age_s=None).files():
-            return "trajectory_storage", str(path / "storage"), path
-    kind, target = detect(path)
-    return kind, str(target), None
+    try:
+        kind, target, image_root = detect_with_storage(path)
+    except NotAStoreError as exc:
+        raise UsageError(str(exc)) from None
+    return kind, str(target), image_root
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,10 @@
   store's ``rows`` table, the same queries for SQLite and PostgreSQL;
 * :mod:`~replaystore.formats.transitions_checkpoint`: the metadata of a
   transitions checkpoint (what ``ReplayBuffer.save`` writes), with the data
-  files it names confined to the checkpoint's directory.
+  files it names confined to the checkpoint's directory;
+* :mod:`~replaystore.formats.detect`: which of these a local path is (the one
+  detection ``stats`` and ``view`` share); it lists trajectory iteration files by
+  their names (``replaystore.trajectories.files.naming``, torch-free).
 
 ``replaystore stats`` and ``replaystore view`` read these formats through these
 modules only. They import neither torch nor the packages that write the formats

@@ -80,13 +80,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from replaystore.atomic import atomic_write_bytes
 from replaystore.errors import ConfigError, ModelServerError
 from replaystore.pipeline.blocklist import Blocklist, normalize_domain, normalize_site
 from replaystore.pipeline.task_history import TaskHistory
 from replaystore.trajectories.components import Action, Observation, Response, Reward, Task
 from replaystore.trajectories.response_decomposer import get_action_string
-from replaystore.trajectories.screenshots import fingerprint_image
 from replaystore.trajectories.storage import TrajectoryStorage
 
 from . import miniwob
@@ -105,6 +103,12 @@ from .outcomes import (
     placeholder_step,
 )
 from .page_text import page_text
+from .screenshots import (
+    default_screenshot_root,
+    screenshot_folder,
+    take_screenshot,
+    write_png,
+)
 
 __all__ = [
     "DEFAULT_MAX_STEPS",
@@ -113,9 +117,11 @@ __all__ = [
     "IterationResult",
     "RolloutCollector",
     "TaskOutcome",
+    "default_screenshot_root",
     "difficulty_category",
     "is_text_only_model_error",
     "looks_blocked",
+    "screenshot_folder",
     "take_screenshot",
 ]
 
@@ -283,7 +289,9 @@ class RolloutCollector:
         self.task_history = task_history
         self.logger = logger
         self.screenshot_root = (
-            Path(screenshot_root) if screenshot_root is not None else storage.root / "screenshots"
+            Path(screenshot_root)
+            if screenshot_root is not None
+            else default_screenshot_root(storage.root)
         )
         self.settle_s = float(settle_s)
         self.progress = progress
@@ -345,7 +353,7 @@ class RolloutCollector:
             snap["tree"] = await page_text(page, skip=skip)
         t2 = time.perf_counter()
         path = folder / f"step_{step:03d}.png"
-        fingerprint = await asyncio.to_thread(_write_png, path, png)
+        fingerprint = await asyncio.to_thread(write_png, path, png)
         t3 = time.perf_counter()
         # The previous step's same-as-next flag, from pixels, while the rollout runs (as
         # WebGym does): the storage then has nothing to decode when the iteration is saved.
@@ -593,7 +601,7 @@ class RolloutCollector:
         if int(iteration) != iteration or iteration < 1:
             raise ValueError(f"iteration must be an integer >= 1, got {iteration!r}")
         it = _Iteration(int(iteration), int(rank), todo, _Progress(len(todo), self.progress))
-        it.base = self.screenshot_root / f"iteration_{it.number:06d}" / f"rank{it.rank:03d}"
+        it.base = screenshot_folder(self.screenshot_root, it.number, it.rank)
         loop = asyncio.get_running_loop()
         catching = False
         if self.handle_sigint and threading.current_thread() is threading.main_thread():
@@ -885,52 +893,10 @@ class _Iteration:
 # ---------------------------------------------------------------------- helpers
 
 
-SCREENSHOT_TRIES = 3
-
-
-async def take_screenshot(page: Any, task_id: str, tries: int = SCREENSHOT_TRIES) -> bytes:
-    """``page``'s PNG screenshot, tried up to ``tries`` times (0.1 s, then 0.2 s apart).
-
-    Chromium sometimes refuses a capture on a busy machine ("Unable to capture
-    screenshot": its compositor had no frame ready) and gives one a moment later;
-    one such refusal should not fail the whole task. A closed page is not retried.
-
-    Raises:
-        playwright.async_api.Error: every try failed (the last try's error).
-    """
-    from playwright.async_api import Error as PlaywrightError
-
-    attempt = 1
-    while True:
-        try:
-            png: bytes = await page.screenshot(type="png", caret="hide")
-            return png
-        except PlaywrightError as exc:
-            if attempt >= tries or page.is_closed():
-                raise
-            first_line = (str(exc).strip().splitlines() or [repr(exc)])[0]
-            logger.warning(
-                "screenshot failed (try %d/%d, task %s): %s", attempt, tries, task_id, first_line
-            )
-            await asyncio.sleep(0.1 * 2 ** (attempt - 1))
-            attempt += 1
-
-
 def _account(timings: dict[str, float], before: dict[str, float], t_start: float) -> None:
     """Add the step's time outside browser, policy and screenshot writes to ``overhead``."""
     inside = sum(timings[k] - before[k] for k in ("browser", "policy", "write"))
     timings["overhead"] += max(0.0, time.perf_counter() - t_start - inside)
-
-
-def _write_png(path: Path, data: bytes) -> bytes | None:
-    """Write the screenshot atomically; its pixel fingerprint (None if it cannot be decoded:
-    the storage then computes the flag itself)."""
-    atomic_write_bytes(path, data)
-    try:
-        return fingerprint_image(path)
-    except (OSError, ValueError) as exc:
-        logger.warning("screenshot %s cannot be fingerprinted: %s", path, exc)
-        return None
 
 
 def _remove_folders(folders: list[Path], base: Path) -> None:

@@ -15,7 +15,10 @@ buffer, ``from_storage``, export, the CLI) is decided here, once:
   :class:`~replaystore.errors.TrajectoryError` (stats, ``load_all``,
   ``from_storage``, export, the CLI);
 * a trajectory is **successful** when that reward is ``>= success_threshold``
-  (:func:`is_successful`);
+  (:func:`is_successful`); a **success rate** is the successful share of the
+  trajectories that are not dummies (:func:`count_successes`,
+  :func:`success_rate`), which the storage's ``stats``, ``replaystore stats``, the
+  viewer and the loop all report;
 * its **keypoints** are the steps whose reward says ``submit``
   (:func:`keypoint_steps`);
 * a **record step** (:func:`is_record_step`) only records how a task ended
@@ -47,12 +50,14 @@ __all__ = [
     "SAME_KEY",
     "StepIndex",
     "StepSource",
+    "count_successes",
     "final_reward",
     "final_reward_value",
     "is_dummy_trajectory",
     "is_record_step",
     "is_successful",
     "keypoint_steps",
+    "success_rate",
 ]
 
 #: The per-step key of the same-as-next-screenshot flag.
@@ -171,6 +176,28 @@ def final_reward(trajectory: Sequence[Any], where: str) -> float:
 def is_successful(reward: float, success_threshold: float) -> bool:
     """Whether a (checked) final reward counts as a success: ``reward >= success_threshold``."""
     return reward >= success_threshold
+
+
+def count_successes(
+    final_rewards: Sequence[float] | NDArray[np.float64],
+    dummy: Sequence[bool] | NDArray[np.bool_],
+    success_threshold: float,
+) -> tuple[int, int]:
+    """``(successful, attempts)`` of trajectories given by their (checked) final rewards
+    and dummy flags: attempts are the trajectories that are not dummies, successful
+    those of them whose reward :func:`is_successful`. One vectorised pass."""
+    rewards = np.asarray(final_rewards, dtype=np.float64)
+    attempts = ~np.asarray(dummy, dtype=bool)
+    if rewards.shape != attempts.shape:
+        raise ValueError(f"{rewards.size} final rewards for {attempts.size} dummy flags")
+    return int((attempts & (rewards >= success_threshold)).sum()), int(attempts.sum())
+
+
+def success_rate(successful: int, attempts: int, empty: float = 0.0) -> float:
+    """``successful / attempts``: the success rate of :func:`count_successes`' figures;
+    ``empty`` when there was no attempt (0.0; a reader that must tell "no attempt" from
+    "none succeeded" passes NaN)."""
+    return successful / attempts if attempts else empty
 
 
 def keypoint_steps(steps: Sequence[Mapping[str, Any]]) -> list[int]:

@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from replaystore.errors import StorageError
+from replaystore.trajectories.index import success_rate
 from replaystore.trajectories.storage import TrajectoryStorage
 
 __all__ = ["TrajectoryFilter", "TrajectoryIndex"]
@@ -247,7 +248,7 @@ class TrajectoryIndex:
             steps=self.num_steps,
             dummy=int(self.traj_dummy.sum()),
             successful=won,
-            success_rate=won / valid if valid else math.nan,
+            success_rate=success_rate(won, valid, empty=math.nan),
             blocked_trajectories=int(self.traj_blocked.sum()),
             blocked_sites=[self.websites[i] for i in blocked_sites.tolist()],
             same_screenshot_steps=int(self.step_same.sum()),

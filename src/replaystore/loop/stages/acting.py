@@ -134,8 +134,10 @@ def greedy_rollout(
     An iteration already stored (the loop was killed after writing it) is read back,
     not rolled out again. The server stays up for the stage that follows.
     """
+    from replaystore.rollouts.screenshots import default_screenshot_root, screenshot_folder
+
     if number not in storage.iterations():
-        folder = storage.root / "screenshots" / f"iteration_{number:06d}"
+        folder = screenshot_folder(default_screenshot_root(storage.root), number)
         shutil.rmtree(folder, ignore_errors=True)  # an interrupted try's leftovers
         base_url = None if acting is None else run_stage(ctx, ServeStage(k, acting, stage))
         result = roll_out(
@@ -144,7 +146,7 @@ def greedy_rollout(
             storage,
             number,
             base_url=base_url,
-            screenshot_root=storage.root / "screenshots",
+            screenshot_root=default_screenshot_root(storage.root),
             metadata={
                 "policy": "demonstrations" if acting is None else "model",
                 "checkpoint": ctx.paths.rel(acting),

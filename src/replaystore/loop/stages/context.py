@@ -61,7 +61,9 @@ class RunPaths:
     def screenshot_root(self) -> Path:
         """Screenshots live inside the storage, which stores their paths relative to itself:
         the run directory can be moved."""
-        return self.storage_root / "screenshots"
+        from replaystore.rollouts.screenshots import default_screenshot_root
+
+        return default_screenshot_root(self.storage_root)
 
     @property
     def blocklist(self) -> Path:

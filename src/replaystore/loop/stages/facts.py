@@ -17,18 +17,24 @@ def trajectory_status(trajectory: list[dict[str, Any]]) -> str | None:
 def success(trajectories: list[list[dict[str, Any]]]) -> dict[str, Any]:
     """Success facts of stored trajectories, by the buffer's own rules: dummy trajectories
     (a website that did not load) are not attempts; success is a final reward >= 1."""
-    from replaystore.trajectories.index import final_reward, is_dummy_trajectory, is_successful
+    from replaystore.trajectories.index import (
+        count_successes,
+        final_reward,
+        is_dummy_trajectory,
+        success_rate,
+    )
 
     statuses = Counter(trajectory_status(t) or "unknown" for t in trajectories)
-    attempts = [t for t in trajectories if not is_dummy_trajectory(t)]
-    successful = sum(
-        is_successful(final_reward(t, f"trajectory {i}"), 1.0) for i, t in enumerate(attempts)
-    )
-    n = len(attempts)
+    dummy = [is_dummy_trajectory(t) for t in trajectories]
+    rewards = [
+        0.0 if d else final_reward(t, f"trajectory {i}")
+        for i, (t, d) in enumerate(zip(trajectories, dummy, strict=True))
+    ]
+    successful, n = count_successes(rewards, dummy, 1.0)
     return {
         "num_tasks": n,
-        "successful": int(successful),
-        "success_rate": successful / n if n else 0.0,
+        "successful": successful,
+        "success_rate": success_rate(successful, n),
         "statuses": dict(statuses),
     }
 

@@ -123,8 +123,9 @@ class RolloutStage(Stage[None]):
         number = self.k + 1
         if any(f.iteration == number and f.rank == rank for f in storage.files()):
             return  # stored before the loop was killed
-        root = ctx.paths.screenshot_root
-        folder = root / f"iteration_{number:06d}" / f"rank{rank:03d}"
+        from replaystore.rollouts.screenshots import screenshot_folder
+
+        folder = screenshot_folder(ctx.paths.screenshot_root, number, rank)
         shutil.rmtree(folder, ignore_errors=True)  # an interrupted try's leftovers
         result = roll_out(
             ctx,
@@ -133,7 +134,7 @@ class RolloutStage(Stage[None]):
             number,
             rank=rank,
             base_url=base_url,
-            screenshot_root=root,
+            screenshot_root=ctx.paths.screenshot_root,
             metadata={
                 "policy": "demonstrations" if self.acting is None else "model",
                 "checkpoint": ctx.paths.rel(self.acting),

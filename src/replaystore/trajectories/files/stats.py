@@ -7,7 +7,7 @@ from typing import Any
 
 from replaystore.trajectories.files.header import read_header
 from replaystore.trajectories.files.naming import IterationFile
-from replaystore.trajectories.index import is_successful
+from replaystore.trajectories.index import count_successes
 
 
 def stats_of(files: list[IterationFile], root: Path, success_threshold: float) -> dict[str, Any]:
@@ -21,11 +21,7 @@ def stats_of(files: list[IterationFile], root: Path, success_threshold: float) -
     for f in files:
         header = read_header(f)
         size = f.path.stat().st_size
-        successful = sum(
-            1
-            for r, d in zip(header.final_rewards, header.dummy.tolist(), strict=True)
-            if not d and is_successful(float(r), success_threshold)
-        )
+        successful, _ = count_successes(header.final_rewards, header.dummy, success_threshold)
         entry = per.setdefault(
             f.iteration,
             {
