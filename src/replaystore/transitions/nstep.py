@@ -56,6 +56,7 @@ __all__ = [
     "END_KEYS",
     "NSTEP_ENV",
     "NSTEP_KEYS",
+    "OPTIONAL_END_KEYS",
     "REQUIRED_KEYS",
     "NStepReader",
     "check_nstep_config",
@@ -75,7 +76,10 @@ NSTEP_ENV = "REPLAYSTORE_NSTEP"
 REQUIRED_KEYS = ("reward", "done", "next_obs")
 """The keys a buffer needs for ``n_step > 1``."""
 
-END_KEYS = ("done", "terminated", "truncated")
+OPTIONAL_END_KEYS = ("terminated", "truncated")
+"""Gymnasium's episode-end keys, which end an episode where they are stored (true)."""
+
+END_KEYS = ("done", *OPTIONAL_END_KEYS)
 """Keys whose true value at a step ends its episode (``done`` always; the others if stored)."""
 
 NSTEP_KEYS = ("n_step_return", "n_step_next_obs", "n_step_done", "n_step_discount")
@@ -307,7 +311,7 @@ class NStepReader:
             ConfigError, SchemaError: as :func:`check_nstep_schema`.
         """
         check_nstep_schema({k: tuple(v.shape[1:]) for k, v in columns.items()}, self.n_step)
-        needed = [k for k in (*REQUIRED_KEYS, "terminated", "truncated") if k in columns]
+        needed = [k for k in (*REQUIRED_KEYS, *OPTIONAL_END_KEYS) if k in columns]
         self._columns = {k: columns[k] for k in needed}
         views = {k: arrays.get(k) for k in needed}
         self._arrays = {k: v for k, v in views.items() if v is not None}
@@ -483,7 +487,7 @@ def _nstep_numpy(
     pos = np.minimum(k, lim)
     pos += t  # past the end of the ring: every take below wraps it (mode="wrap")
     end = _flags_at(arrays["done"], pos)
-    for key in ("terminated", "truncated"):
+    for key in OPTIONAL_END_KEYS:
         if key in arrays:
             end = end | _flags_at(arrays[key], pos)
     stop = k >= lim
@@ -547,7 +551,7 @@ def _nstep_torch(
     pos = t[:, None] + torch.minimum(k, lim[:, None])
     pos = torch.where(pos >= capacity, pos - capacity, pos)
     end = _flag_tensor_at(columns["done"], pos)
-    for key in ("terminated", "truncated"):
+    for key in OPTIONAL_END_KEYS:
         if key in columns:
             end = end | _flag_tensor_at(columns[key], pos)
     stop = end | (k >= lim[:, None])

@@ -43,6 +43,7 @@ from replaystore.errors import (
     check_number,
 )
 from replaystore.sampling import SumTree
+from replaystore.transitions.nstep import OPTIONAL_END_KEYS
 from replaystore.transitions.prioritized import stored_priorities
 from replaystore.transitions.sampler import Draw, RingState, no_priorities
 
@@ -50,7 +51,6 @@ __all__ = ["SliceSampler"]
 
 #: Starts recomputed per vectorised pass (bounds the ``[n, L]`` temporaries).
 _CHUNK = 1 << 16
-_EXTRA_END_KEYS = ("terminated", "truncated")
 
 
 class SliceSampler:
@@ -209,7 +209,7 @@ class SliceSampler:
     def _read_ends(self, ring: RingState, rows: NDArray[np.int64]) -> NDArray[np.bool_]:
         """Whether each of ``rows`` ends its episode (any end column non-zero there)."""
         flags = np.zeros(rows.size, dtype=bool)
-        for key in (self.end_key, *_EXTRA_END_KEYS):
+        for key in (self.end_key, *OPTIONAL_END_KEYS):
             col = ring.columns.get(key)
             if col is None:
                 continue
