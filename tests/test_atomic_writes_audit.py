@@ -47,12 +47,9 @@ EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("loop/runner.py", "LoopRunner._run_lock", "open(w)"): (
         "the run directory's lock file: flock'd, holds the pid for the error message only"
     ),
-    ("loop/stages/partial.py", "_commit", "os.replace"): (
-        "renames a complete .partial directory (dataset, tiny model, checkpoint) into "
-        "place: the directory's commit"
-    ),
-    ("loop/tools.py", "merge_adapter", "os.replace"): (
-        "renames the merged model's complete .partial directory into place (weights checked)"
+    ("loop/partial.py", "_commit", "os.replace"): (
+        "renames a complete .partial directory (dataset, tiny model, checkpoint, merged "
+        "model) into place: the directory's commit"
     ),
     ("loop/tools.py", "_append", "open(w)"): (
         "adds the adapter requests and the server's answers to the server's log, for people "

@@ -207,12 +207,40 @@ def _loaded_after(code: str) -> dict[str, bool]:
         "from replaystore.trajectories import ConversationBuilder, export_llamafactory",
         "from replaystore.trajectories.index import StepIndex, final_reward_value",
         "from replaystore.formats.detect import detect, detect_with_storage",
+        "from replaystore.formats.trajectory_header import read_header",
+        "from replaystore.formats.transitions_buffer import read_buffer_meta, read_summary",
+        "from replaystore.formats.postgres_experience import read_summary",
+        "from replaystore.formats.sqlite_experience import read_summary",
+        "from replaystore.formats.transitions_checkpoint import read_checkpoint_meta",
     ],
 )
 def test_pipeline_and_storage_imports_are_torch_free(code: str) -> None:
     loaded = _loaded_after(code)
     assert not loaded["torch"], f"{code!r} imports torch"
     assert not loaded["pandas"], f"{code!r} imports pandas"
+
+
+#: The modules that write the on-disk formats (and the packages that hold them).
+WRITERS = (
+    "replaystore.experience",
+    "replaystore.transitions",
+    "replaystore.trajectories.storage",
+    "replaystore.trajectories.buffer",
+    "replaystore.trajectories.files.writer",
+    "replaystore.trajectories.files.merge",
+)
+
+
+def test_format_readers_import_no_writer() -> None:
+    graph = import_graph()
+    readers = [m for m in graph if m.startswith("replaystore.formats.")]
+    assert "replaystore.formats.trajectory_header" in readers  # the walk found them
+    for module in readers:
+        reached = _reachable(graph, module)
+        writers = sorted(
+            m for m in reached if any(m == w or m.startswith(w + ".") for w in WRITERS)
+        )
+        assert not writers, f"{module} imports the writers {writers}"
 
 
 def test_the_buffer_still_imports_torch_when_asked() -> None:

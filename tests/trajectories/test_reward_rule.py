@@ -20,7 +20,7 @@ from replaystore import cli
 from replaystore.errors import TrajectoryError
 from replaystore.pipeline import TaskHistory
 from replaystore.trajectories import ReplayBuffer, TrajectoryStorage
-from replaystore.trajectories.index import final_reward_value
+from replaystore.trajectories.index import final_reward_value, final_reward_values
 
 from .conftest import TrajectoryFactory
 
@@ -80,6 +80,20 @@ def test_final_reward_value_is_the_rule() -> None:
     for bad in (None, "0", math.nan, -math.inf, {"reward": 1}):
         with pytest.raises(TrajectoryError, match=r"^trajectory 7: final step 3 has"):
             final_reward_value(bad, "trajectory 7", 3)
+
+
+def test_final_reward_values_are_the_rule_applied_to_each() -> None:
+    plain = [1, 0.25, True, False, 2**70, -3]
+    got = final_reward_values(plain, np.arange(6), lambda k: f"trajectory {k}")
+    assert got.dtype == np.float64
+    assert got.tolist() == [final_reward_value(v, "t", 0) for v in plain]
+    assert final_reward_values([np.float64(0.5)], np.zeros(1), str).tolist() == [0.5]
+    assert final_reward_values([], np.zeros(0), str).size == 0
+    for bad in (None, "0", math.nan, -math.inf, {"reward": 1}):
+        with pytest.raises(TrajectoryError, match=r"^trajectory 1: final step 4 has"):
+            final_reward_values([1.0, bad, None], np.array([2, 4, 6]), lambda k: f"trajectory {k}")
+    with pytest.raises(OverflowError):  # as float() of it
+        final_reward_values([10**400], np.zeros(1), str)
 
 
 @pytest.fixture

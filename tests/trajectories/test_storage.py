@@ -18,6 +18,7 @@ import pytest
 import replaystore.trajectories.files.writer as writer_module
 from replaystore.errors import StorageError, TrajectoryError
 from replaystore.trajectories import ReplayBuffer, TrajectoryStorage, step_to_dict
+from replaystore.trajectories.files.lines import first_line
 
 from .conftest import FakeAgent, TrajectoryFactory
 
@@ -40,6 +41,17 @@ def test_save_writes_one_json_lines_file_per_iteration_and_rank(
     assert header["num_steps"] == 2 == len(lines) - 1
     assert [json.loads(line)["s"] for line in lines[1:]] == [0, 1]
     assert [p.name for p in storage.root.iterdir()] == [path.name]  # no temporary left
+
+
+@pytest.mark.parametrize("size", [0, 1, 2**16 - 1, 2**16, 2**16 + 1, 3 * 2**16 + 7, 2**20])
+def test_first_line_reads_what_readline_reads(tmp_path: Path, size: int) -> None:
+    # The header's reader: lines at, before and after its chunk boundaries, and none.
+    line = b"x" * size + b"\n"
+    for content in (line + b"rest\n", line, b"y" * size, b""):
+        path = tmp_path / "file"
+        path.write_bytes(content)
+        with open(path, "rb") as handle:
+            assert first_line(path) == handle.readline()
 
 
 def test_iteration_files_are_immutable(trajectory_factory: TrajectoryFactory) -> None:

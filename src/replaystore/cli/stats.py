@@ -9,11 +9,10 @@ from typing import Any
 
 from replaystore.cli._common import Parser, UsageError, finite_float, human_bytes, store_path, table
 from replaystore.errors import ReplayStoreError
-from replaystore.formats import sqlite_experience
+from replaystore.formats import sqlite_experience, transitions_buffer
 from replaystore.formats.detect import NotAStoreError
 from replaystore.formats.detect import detect as detect_store
 from replaystore.formats.transitions_checkpoint import (
-    confine_name,
     is_zip_archive,
     read_checkpoint_meta,
 )
@@ -59,13 +58,11 @@ def detect(path: Path) -> tuple[str, Path]:
 
 
 def _trajectory_stats(path: Path, success_threshold: float) -> dict[str, Any]:
-    from replaystore.trajectories.storage import TrajectoryStorage
-
-    # stale_temp_age_s=None: a read-only command leaves a writer's temporaries alone.
-    storage = TrajectoryStorage(path, stale_temp_age_s=None)
-    stats = storage.stats(success_threshold=success_threshold)
-    stats["root"] = str(path.resolve())
+    from replaystore.formats.trajectory_header import read_summary
     from replaystore.trajectories.index import success_rate
+
+    stats = read_summary(path, success_threshold)  # reads only: temporaries stay
+    stats["root"] = str(path.resolve())
 
     valid = stats["total_trajectories"] - stats["dummy_trajectories"]
     stats["success_rate"] = success_rate(stats["successful_trajectories"], valid)
@@ -127,20 +124,6 @@ def _print_store_body(s: dict[str, Any]) -> None:
             print(line)
 
 
-def _load_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path} is not valid JSON: {exc}") from None
-
-
-def _fields(meta: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for f in meta.get("fields") or []:
-        out.append({"name": f.get("name"), "dtype": f.get("dtype"), "shape": f.get("shape")})
-    return out
-
-
 def _objectrl_torch_stats(meta_path: Path) -> dict[str, Any]:
     """The summary of ObjectRL's ``torch.save`` metadata file, read as ``load`` reads it:
     the pickle's opcodes only, nothing unpickled (the reader imports torch)."""
@@ -183,28 +166,6 @@ def _checkpoint_stats(meta_path: Path) -> dict[str, Any]:
     return out
 
 
-def _memmap_stats(directory: Path) -> dict[str, Any]:
-    meta = _load_json(directory / "buffer.json")
-    if not isinstance(meta, dict) or not {"capacity", "size", "pointer"} <= meta.keys():
-        raise UsageError(f"{directory / 'buffer.json'} is not a memory-mapped transitions buffer")
-    where = directory / "buffer.json"
-    files = [
-        confine_name(directory, f["file"], where, "column file")
-        for f in meta.get("fields") or []
-        if "file" in f
-    ]
-    return {
-        "path": str(directory.resolve()),
-        "format": meta.get("format"),
-        "buffer_size": meta["capacity"],
-        "data_size": meta["size"],
-        "pointer": meta["pointer"],
-        "prioritized": "priorities" in meta,
-        "fields": _fields(meta),
-        "file_bytes": sum(f.stat().st_size for f in files if f.is_file()),
-    }
-
-
 def _print_transitions_stats(kind: str, s: dict[str, Any]) -> None:
     title = "transitions checkpoint" if kind == "transitions_checkpoint" else "memmap buffer"
     print(f"{title}: {s['path']} ({s['format']})")
@@ -239,7 +200,7 @@ def _print_transitions_stats(kind: str, s: dict[str, Any]) -> None:
 
 def _postgres_stats(url: str) -> dict[str, Any]:
     """The experience store summary of a ``postgresql://`` URL, in one read-only transaction."""
-    from replaystore.experience.storage.postgres import read_summary
+    from replaystore.formats.postgres_experience import read_summary
 
     try:
         return read_summary(url)
@@ -283,7 +244,7 @@ def _print_stats(args: argparse.Namespace, path: Path) -> int:
     elif kind == "transitions_checkpoint":
         summary = _checkpoint_stats(target)
     else:
-        summary = _memmap_stats(target)
+        summary = transitions_buffer.read_summary(target)
     if args.json:
         print(json.dumps({"kind": kind, **summary}, indent=2))
     elif kind == "trajectory_storage":

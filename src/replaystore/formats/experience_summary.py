@@ -2,7 +2,7 @@
 
 ``replaystore stats`` and the viewer show the same figures for a SQLite file
 (:func:`replaystore.formats.sqlite_experience.read_summary`) and a PostgreSQL
-schema (:func:`replaystore.experience.storage.postgres.read_summary`); both
+schema (:func:`replaystore.formats.postgres_experience.read_summary`); both
 count them with :func:`summarise_rows`.
 """
 

@@ -137,7 +137,7 @@ def _open_error(path: Path, exc: sqlite3.Error) -> StorageError:
 def read_summary(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Rows, tasks, task names, agents, step and time ranges of the store ``path``.
 
-    The same keys as :func:`replaystore.experience.storage.postgres.read_summary`
+    The same keys as :func:`replaystore.formats.postgres_experience.read_summary`
     (less the URL and schema): ``path``, ``size_bytes``, ``rows``, ``tasks``,
     ``task_names``, ``agents``, ``steps`` (``[min, max]``), ``execute_time``
     (``[first, last]``, ISO 8601 UTC) and ``per_agent`` (``agent_id``, ``rows``,

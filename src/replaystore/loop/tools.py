@@ -10,10 +10,12 @@ directory and reads their outputs back (``trainer_log.jsonl``, ``/v1/models``).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import math
 import os
+import secrets
 import shlex
 import socket
 import time
@@ -28,6 +30,7 @@ from typing import Any
 from replaystore.atomic import atomic_write_text
 from replaystore.errors import ConfigError, ReplayStoreError
 
+from .partial import build_directory
 from .processes import ChildProcess, describe_exit, tail
 
 __all__ = [
@@ -38,12 +41,14 @@ __all__ = [
     "ToolsMissingError",
     "TrainResult",
     "VllmServer",
+    "advertised_host",
     "check_hub_model",
     "checkpoint_weights",
     "find_tools",
     "free_port",
     "hf_hub_cache",
     "is_adapter",
+    "is_loopback",
     "make_tiny_model",
     "merge_adapter",
     "preference_arguments",
@@ -134,10 +139,18 @@ def free_port(host: str = "127.0.0.1") -> int:
 # ---------------------------------------------------------------------- serving
 
 
-def _served_models(base_url: str, timeout_s: float = 2.0) -> list[str] | None:
+def _auth(api_key: str | None) -> dict[str, str]:
+    """The request header that carries ``api_key`` (none without one)."""
+    return {} if api_key is None else {"Authorization": f"Bearer {api_key}"}
+
+
+def _served_models(
+    base_url: str, timeout_s: float = 2.0, api_key: str | None = None
+) -> list[str] | None:
     """Model ids ``GET {base_url}/models`` lists, or None when the server does not answer."""
+    request = urllib.request.Request(f"{base_url}/models", headers=_auth(api_key))
     try:
-        with urllib.request.urlopen(f"{base_url}/models", timeout=timeout_s) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             body = json.loads(response.read().decode("utf-8"))
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -155,6 +168,7 @@ def _wait_ready(
     child: ChildProcess | None,
     stage: str,
     log: Path | None,
+    api_key: str | None = None,
 ) -> float:
     """Poll ``/v1/models`` until it lists ``name``; seconds waited.
 
@@ -164,7 +178,7 @@ def _wait_ready(
     start = time.perf_counter()
     where = f"; see {log}" if log is not None else ""
     while True:
-        models = _served_models(base_url)
+        models = _served_models(base_url, api_key=api_key)
         if models is not None and name in models:
             return time.perf_counter() - start
         if child is not None and child.poll() is not None:
@@ -197,6 +211,12 @@ class VllmServer:
             (``--enable-lora``, ``--max-lora-rank``: vLLM's next allowed rank, one adapter
             at a time) and allow loading them while it runs
             (``VLLM_ALLOW_RUNTIME_LORA_UPDATING``): :meth:`load_adapter`. None: no LoRA.
+
+    A ``host`` beyond loopback (``0.0.0.0``, a routable address: asked for so that
+    rollout actors on other machines reach the model) gets an API key: :attr:`api_key`,
+    generated here (``secrets.token_urlsafe``), handed to vLLM in its environment
+    (``VLLM_API_KEY``, not its command line, which is logged), sent by the loop's own
+    requests; give it to the policy clients. It is never logged.
     """
 
     def __init__(
@@ -225,6 +245,8 @@ class VllmServer:
         self.lora_rank = None if lora_rank is None else vllm_lora_rank(lora_rank)
         if self.lora_rank is not None:
             self.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        #: The key every request needs (None: loopback only, no key).
+        self.api_key = None if is_loopback(host) else secrets.token_urlsafe(32)
         self.child: ChildProcess | None = None
         self.base_url: str | None = None
         self.model_name: str | None = None
@@ -265,14 +287,17 @@ class VllmServer:
         """
         self.stop()
         port = self.port or free_port(self.host)
+        env = dict(self.env)
+        if self.api_key is not None:
+            env["VLLM_API_KEY"] = self.api_key
         self.child = ChildProcess(
             "vLLM server",
             self.command(model, name, port),
             log_path=log_path,
-            env=self.env,
+            env=env,
             marker=self.marker,
         ).start()
-        self.base_url = f"http://{self.host}:{port}/v1"
+        self.base_url = f"http://{advertised_host(self.host)}:{port}/v1"
         self.model_name = name
         self.adapter = None
         try:
@@ -283,6 +308,7 @@ class VllmServer:
                 child=self.child,
                 stage=stage,
                 log=log_path,
+                api_key=self.api_key,
             )
         except BaseException:
             self.stop()
@@ -310,6 +336,7 @@ class VllmServer:
             log_path=log_path,
             stage=stage,
             what=f"loading the adapter {adapter}",
+            api_key=self.api_key,
         )
         self.adapter = name
         if previous is not None:
@@ -319,8 +346,17 @@ class VllmServer:
                 log_path=log_path,
                 stage=stage,
                 what=f"unloading the adapter {previous!r}",
+                api_key=self.api_key,
             )
-        _wait_ready(self.base_url, name, 30.0, child=self.child, stage=stage, log=log_path)
+        _wait_ready(
+            self.base_url,
+            name,
+            30.0,
+            child=self.child,
+            stage=stage,
+            log=log_path,
+            api_key=self.api_key,
+        )
         return time.perf_counter() - started
 
     def stop(self) -> None:
@@ -347,7 +383,15 @@ def vllm_lora_rank(rank: int) -> int:
     return next(r for r in VLLM_LORA_RANKS if r >= rank)
 
 
-def _post_json(url: str, body: Mapping[str, Any], *, log_path: Path, stage: str, what: str) -> None:
+def _post_json(
+    url: str,
+    body: Mapping[str, Any],
+    *,
+    log_path: Path,
+    stage: str,
+    what: str,
+    api_key: str | None = None,
+) -> None:
     """POST ``body`` to ``url``; the exchange is appended to ``log_path``.
 
     Raises:
@@ -356,7 +400,7 @@ def _post_json(url: str, body: Mapping[str, Any], *, log_path: Path, stage: str,
     request = urllib.request.Request(
         url,
         data=json.dumps(body).encode("utf-8"),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", **_auth(api_key)},
         method="POST",
     )
     try:
@@ -372,6 +416,27 @@ def _post_json(url: str, body: Mapping[str, Any], *, log_path: Path, stage: str,
     except (urllib.error.URLError, OSError) as exc:
         raise LoopStageError(f"{stage}: no answer from the vLLM server {what}: {exc}") from None
     _append(log_path, f"POST {url} {json.dumps(body)} -> {answer.strip()}\n")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def advertised_host(host: str) -> str:
+    """The address others reach a server bound to ``host`` at: this machine's address for
+    a wildcard bind (``0.0.0.0``, ``::``), else ``host``."""
+    if host not in ("0.0.0.0", "::", ""):
+        return host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
 
 
 def _append(path: Path, text: str) -> None:
@@ -538,6 +603,10 @@ class TrainResult:
     loss_last: float | None
     seconds: float
 
+    def facts(self) -> dict[str, Any]:
+        """What the journal records of the run: ``steps``, ``loss_first``, ``loss_last``."""
+        return {"steps": self.steps, "loss_first": self.loss_first, "loss_last": self.loss_last}
+
 
 def read_losses(trainer_log: Path) -> list[float]:
     """The ``loss`` values of LLaMA-Factory's ``trainer_log.jsonl`` (bad lines skipped)."""
@@ -649,47 +718,45 @@ def merge_adapter(
     stage: str,
 ) -> float:
     """Merge a LoRA ``adapter`` into its ``base`` model with ``llamafactory-cli export``
-    (its arguments written to ``yaml_path``), into ``out`` (a ``.partial`` folder renamed
-    into place once it holds weights); seconds taken. LLaMA-Factory's ``template`` is the
+    (its arguments written to ``yaml_path``), into ``out`` (written through its
+    ``.partial``, :func:`~replaystore.loop.partial.build_directory`, and renamed into
+    place once it holds weights); seconds taken. LLaMA-Factory's ``template`` is the
     one the adapter was trained with.
 
     Raises:
         LoopStageError: the export failed, or wrote no weights (the log is named).
     """
-    import shutil
-
     import yaml
 
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    arguments = {
-        "model_name_or_path": str(base),
-        "adapter_name_or_path": str(adapter),
-        "template": template,
-        "finetuning_type": "lora",
-        "export_dir": str(partial),
-        "export_device": "cpu",
-        "export_legacy_format": False,
-    }
-    atomic_write_text(yaml_path, yaml.safe_dump(arguments, sort_keys=True))
-    started = time.perf_counter()
-    child = ChildProcess(
-        "adapter merge", [*command, "export", str(yaml_path)], log_path=log_path, marker=marker
-    ).start()
-    try:
-        code = child.wait()
-    finally:
-        child.stop()
-    if code != 0 or not checkpoint_weights(partial):
-        last = tail(log_path)
-        what = describe_exit(code) if code != 0 else f"exited 0 but {partial} holds no weights"
-        raise LoopStageError(
-            f"{stage}: merging the adapter (llamafactory-cli export) {what}; see {log_path}"
-            + (f"\n{last}" if last else "")
-        )
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(partial, out)
-    return time.perf_counter() - started
+    def export(partial: Path) -> float:
+        arguments = {
+            "model_name_or_path": str(base),
+            "adapter_name_or_path": str(adapter),
+            "template": template,
+            "finetuning_type": "lora",
+            "export_dir": str(partial),
+            "export_device": "cpu",
+            "export_legacy_format": False,
+        }
+        atomic_write_text(yaml_path, yaml.safe_dump(arguments, sort_keys=True))
+        started = time.perf_counter()
+        child = ChildProcess(
+            "adapter merge", [*command, "export", str(yaml_path)], log_path=log_path, marker=marker
+        ).start()
+        try:
+            code = child.wait()
+        finally:
+            child.stop()
+        if code != 0 or not checkpoint_weights(partial):
+            last = tail(log_path)
+            what = describe_exit(code) if code != 0 else f"exited 0 but {partial} holds no weights"
+            raise LoopStageError(
+                f"{stage}: merging the adapter (llamafactory-cli export) {what}; see {log_path}"
+                + (f"\n{last}" if last else "")
+            )
+        return time.perf_counter() - started
+
+    return build_directory(out, export)
 
 
 def run_training(

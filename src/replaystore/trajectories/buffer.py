@@ -510,7 +510,7 @@ class ReplayBuffer(Dataset):
             raise TypeError(f"buffer indices must be integers, got {type(idx).__name__}") from None
         if i < -n or i >= n:
             raise IndexError(f"sample index {i} out of range for a buffer of {n} samples")
-        return self._sample(int(self._view[i]))
+        return self._sample(self._view.item(i))  # .item: a plain int, no NumPy scalar
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         yield from self._iter_samples(self._view, False)
@@ -639,8 +639,8 @@ class ReplayBuffer(Dataset):
         return lazy()
 
     def _sample(self, pos: int, full: bool = False) -> dict[str, Any]:
-        t = int(self._traj[pos])
-        s = int(self._step[pos])
+        t = self._traj.item(pos)
+        s = self._step.item(pos)
         # A file source hands out a stored prompt's messages without building the step
         # (version 3 files: each distinct message is parsed once, copied out after); it
         # serves only prompts that pass _check_messages, anything else reads the step.

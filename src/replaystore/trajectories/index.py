@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -53,6 +53,7 @@ __all__ = [
     "count_successes",
     "final_reward",
     "final_reward_value",
+    "final_reward_values",
     "is_dummy_trajectory",
     "is_record_step",
     "is_successful",
@@ -155,6 +156,37 @@ def final_reward_value(value: Any, where: str, last: int) -> float:
     if not math.isfinite(number):
         raise TrajectoryError(f"{where}: final step {last} has a non-finite reward {number}")
     return number
+
+
+# What JSON gives for a number (and bool): converted by NumPy as float() converts them.
+_PLAIN_REWARD_TYPES = frozenset({int, float, bool})
+
+
+def final_reward_values(
+    values: Sequence[Any], lasts: NDArray[np.integer[Any]], where: Callable[[int], str]
+) -> NDArray[np.float64]:
+    """:func:`final_reward_value` of many final rewards: ``values[k]`` is the reward of a
+    trajectory whose final step is ``lasts[k]`` and ``where(k)`` names it (called only
+    for an error). The same floats, and the same first error, as one call per value.
+
+    Cost: one C pass when every value is a plain ``int``, ``float`` or ``bool`` (what
+    a JSON header holds), about 1 µs per 20 values; else one call per value.
+
+    Raises:
+        TrajectoryError: the first value that breaks the rule.
+    """
+    if set(map(type, values)) <= _PLAIN_REWARD_TYPES:
+        try:
+            out = np.array(values, dtype=np.float64)
+        except OverflowError:  # an int beyond float: float() names it, below
+            pass
+        else:
+            if bool(np.isfinite(out).all()):
+                return out
+    return np.array(
+        [final_reward_value(v, where(k), int(lasts[k])) for k, v in enumerate(values)],
+        dtype=np.float64,
+    )
 
 
 def final_reward(trajectory: Sequence[Any], where: str) -> float:

@@ -96,13 +96,13 @@ from typing import Any
 
 from replaystore.atomic import fsync_dir
 from replaystore.errors import ArgumentError, StorageError
+from replaystore.formats.trajectory_header import FORMAT as FORMAT
+from replaystore.formats.trajectory_header import READABLE_VERSIONS as READABLE_VERSIONS
+from replaystore.formats.trajectory_header import VERSION as VERSION
+from replaystore.formats.trajectory_header import WRITABLE_VERSIONS as WRITABLE_VERSIONS
+from replaystore.formats.trajectory_header import Header, read_header, stats_of
 from replaystore.trajectories.files.frames import COMPRESSION_LEVEL as COMPRESSION_LEVEL
 from replaystore.trajectories.files.frames import NO_CRC
-from replaystore.trajectories.files.header import FORMAT as FORMAT
-from replaystore.trajectories.files.header import READABLE_VERSIONS as READABLE_VERSIONS
-from replaystore.trajectories.files.header import VERSION as VERSION
-from replaystore.trajectories.files.header import WRITABLE_VERSIONS as WRITABLE_VERSIONS
-from replaystore.trajectories.files.header import Header, read_header
 from replaystore.trajectories.files.index import build_step_index
 from replaystore.trajectories.files.lines import decode_line
 from replaystore.trajectories.files.load import (
@@ -122,7 +122,6 @@ from replaystore.trajectories.files.naming import (
     remove_stale_temporaries,
     with_listing,
 )
-from replaystore.trajectories.files.stats import stats_of
 from replaystore.trajectories.files.v4 import TEXT_COMPRESSION_RATIO as TEXT_COMPRESSION_RATIO
 from replaystore.trajectories.files.v4 import TextTable
 from replaystore.trajectories.files.writer import EncodedTrajectory, encode_trajectory, write_file

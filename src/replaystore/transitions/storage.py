@@ -12,12 +12,13 @@ the kernel backs with a file).
   writes the dirty pages back and then atomically replaces ``buffer.json`` (the
   schema, the pointer and the number of stored items), so a process that
   reopens the directory after a crash sees every item flushed before it.
+  The file's read side (its names and its reader) lives in
+  :mod:`replaystore.formats.transitions_buffer`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -35,15 +36,14 @@ import torch
 
 from replaystore.atomic import atomic_write_bytes, atomic_write_json, fsync_dir
 from replaystore.errors import CheckpointError, StorageError
+from replaystore.formats import transitions_buffer
+from replaystore.formats.transitions_buffer import MEMMAP_FORMAT, META_NAME, PRIORITIES_NAME
 from replaystore.transitions.schema import FieldSpec, dtype_from_name, dtype_name, numpy_dtype
 
 __all__ = ["MEMMAP_FORMAT", "MemmapState", "MemmapStorage", "TensorStorage"]
 
 logger = logging.getLogger(__name__)
 
-MEMMAP_FORMAT = "replaystore.transitions.memmap/1"
-_META = "buffer.json"
-_PRIORITIES = "priorities.bin"
 _COLUMN_FILE = re.compile(r"[0-9a-f]{12}-[0-9]+\.bin")
 
 
@@ -197,11 +197,11 @@ class MemmapStorage:
         }
         if state.priorities is not None:
             atomic_write_bytes(
-                self.directory / _PRIORITIES,
+                self.directory / PRIORITIES_NAME,
                 np.ascontiguousarray(state.priorities, dtype="<f8").tobytes(),
             )
-            meta["priorities"] = {"file": _PRIORITIES, "max_priority": state.max_priority}
-        atomic_write_json(self.directory / _META, meta)
+            meta["priorities"] = {"file": PRIORITIES_NAME, "max_priority": state.max_priority}
+        atomic_write_json(self.directory / META_NAME, meta)
 
     def close(self) -> None:
         """Drop the mappings (the files stay)."""
@@ -216,23 +216,9 @@ class MemmapStorage:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
 
-    @staticmethod
-    def read_meta(directory: Path) -> dict[str, Any] | None:
-        """The committed ``buffer.json`` of a memmap directory, or None if there is none.
-
-        Raises:
-            CheckpointError: the file exists but is not ours or is malformed.
-        """
-        path = directory / _META
-        if not path.exists():
-            return None
-        try:
-            meta = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise CheckpointError(f"cannot read {path}: {exc}") from exc
-        if not isinstance(meta, dict) or meta.get("format") != MEMMAP_FORMAT:
-            raise CheckpointError(f"{path} is not a replaystore memmap buffer ({MEMMAP_FORMAT})")
-        return meta
+    #: The committed ``buffer.json`` of a memmap directory, or None if there is none
+    #: (:func:`~replaystore.formats.transitions_buffer.read_buffer_meta`).
+    read_meta = staticmethod(transitions_buffer.read_buffer_meta)
 
     @classmethod
     def reopen(cls, directory: Path, meta: Mapping[str, Any]) -> MemmapStorage:
@@ -244,22 +230,17 @@ class MemmapStorage:
             ]
             storage = cls(directory, fields, int(meta["capacity"]), str(meta["generation"]))
         except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"malformed {directory / _META}: {exc!r}") from exc
+            raise CheckpointError(f"malformed {directory / META_NAME}: {exc!r}") from exc
         return storage
 
-    @staticmethod
-    def read_priorities(directory: Path, capacity: int) -> np.ndarray:
-        """The priorities file of a memmap directory (float64, ``capacity`` values)."""
-        path = directory / _PRIORITIES
-        data = np.fromfile(path, dtype="<f8")
-        if data.size != capacity:
-            raise CheckpointError(f"{path} holds {data.size} priorities, expected {capacity}")
-        return data
+    #: The priorities file of a memmap directory (float64, ``capacity`` values;
+    #: :func:`~replaystore.formats.transitions_buffer.read_priorities`).
+    read_priorities = staticmethod(transitions_buffer.read_priorities)
 
     @staticmethod
     def clear(directory: Path) -> None:
         """Remove this storage's files from ``directory`` (``buffer.json`` first)."""
-        for name in (_META, _PRIORITIES):
+        for name in (META_NAME, PRIORITIES_NAME):
             with contextlib.suppress(FileNotFoundError):
                 (directory / name).unlink()
         for path in _column_files(directory):

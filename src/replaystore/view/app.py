@@ -556,8 +556,8 @@ def _experience_routes(kind: str, target: str) -> tuple[list[Any], _Context]:
 
         reader = SqliteReader(target)
     else:
-        from replaystore.experience.storage.postgres import read_summary
         from replaystore.experience.storage.urls import open_storage
+        from replaystore.formats.postgres_experience import read_summary
         from replaystore.view.experience import StorageReader
 
         # Opening a PostgresStorage creates its tables when the schema has none; check

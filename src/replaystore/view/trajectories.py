@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from replaystore.errors import StorageError
+from replaystore.formats.trajectory_header import Header, read_header
 from replaystore.trajectories.index import success_rate
 from replaystore.trajectories.storage import TrajectoryStorage
 
@@ -91,96 +92,71 @@ class TrajectoryIndex:
         if not files:
             raise StorageError(f"no trajectory iteration files (iteration_*.jsonl) under {root}")
         self.files: list[Path] = []
-        self._headers: list[Any] = []  # each file's header (format 3 pages read frames)
-        traj_parts: dict[str, list[NDArray[Any]]] = {
-            k: [] for k in ("file", "local", "first", "length", "iteration", "reward", "dummy")
-        }
-        offsets, crcs, same = [], [], []
-        names: list[str] = []
-        websites: list[str] = []
-        difficulties: list[str] = []
-        blocked: list[bool] = []
-        producers: list[tuple[str | None, str | None, str | None]] = []
-        loop_iterations: list[int] = []
+        self._headers: list[Header] = []  # each file's header (format 3 pages read frames)
+        traj_parts: dict[str, list[NDArray[Any]]] = {k: [] for k in _TRAJECTORY_COLUMNS}
+        step_parts: dict[str, list[NDArray[Any]]] = {k: [] for k in _STEP_COLUMNS}
+        edges = _EdgeFacts()
         first_pos = 0
         for file_id, f in enumerate(files):
-            # The storage's own header reader: it checks size, last line and checksums.
-            header = self.storage.read_header(f)
+            # The format's one header reader: it checks size, last line and checksums.
+            header = read_header(f)
             self.files.append(f.path)
-            n_traj = int(header.lengths.size)
-            lengths = header.lengths.astype(np.int64)
-            starts = np.cumsum(lengths) - lengths
             self._headers.append(header)
-            if header.frame_lengths is not None:  # format 3: steps are read from frames
-                offsets.append(np.full(header.num_steps, -1, dtype=np.int64))
-            else:
-                line_off = header.body_start + np.cumsum(header.line_lengths) - header.line_lengths
-                offsets.append(line_off.astype(np.int64))
-            crcs.append(header.line_crc.astype(np.int64))
-            same.append(header.same.astype(bool))
-            rewards = np.array(
-                [
-                    float(r)
-                    if isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r)
-                    else float(bool(r))
-                    if isinstance(r, bool)
-                    else math.nan
-                    for r in header.final_rewards
-                ],
-                dtype=float,
-            )
-            traj_parts["file"].append(np.full(n_traj, file_id, dtype=np.int32))
-            traj_parts["local"].append(np.arange(n_traj, dtype=np.int32))
-            traj_parts["first"].append(first_pos + starts)
-            traj_parts["length"].append(lengths)
-            traj_parts["iteration"].append(np.full(n_traj, f.iteration, dtype=np.int64))
-            traj_parts["reward"].append(rewards)
-            traj_parts["dummy"].append(header.dummy.astype(bool))
+            for key, column in _trajectory_columns(header, file_id, f.iteration, first_pos).items():
+                traj_parts[key].append(column)
+            for key, column in _step_columns(header).items():
+                step_parts[key].append(column)
             # the first and last step of each trajectory (any format version)
             for first, last in self.storage.edge_records(header):
-                task = _get(first, "step", "observation", "task")
-                names.append(str(task.get("task_name") or ""))
-                websites.append(_label(task.get("website")))
-                difficulties.append(_label(task.get("difficulty")))
-                blocked.append(bool(_get(last, "step", "reward").get("is_blocked")))
-                meta = _get(last, "step", "trajectory_metadata")
-                producers.append(
-                    (
-                        _text_or_none(meta.get("policy")),
-                        _text_or_none(meta.get("checkpoint")),
-                        _text_or_none(meta.get("observation")),
-                    )
-                )
-                number = meta.get("loop_iteration")
-                loop_iterations.append(
-                    number if isinstance(number, int) and not isinstance(number, bool) else -1
-                )
+                edges.add(first, last)
             first_pos += header.num_steps
-        cat = {k: np.concatenate(v) for k, v in traj_parts.items()}
-        self.traj_file: NDArray[np.int32] = cat["file"]
-        self.traj_local: NDArray[np.int32] = cat["local"]
-        self.traj_first: NDArray[np.int64] = cat["first"].astype(np.int64)
-        self.traj_length: NDArray[np.int64] = cat["length"]
-        self.traj_iteration: NDArray[np.int64] = cat["iteration"]
-        self.traj_reward: NDArray[np.float64] = cat["reward"]
-        self.traj_dummy: NDArray[np.bool_] = cat["dummy"]
-        self.traj_blocked = np.array(blocked, dtype=bool)
-        self.step_offset: NDArray[np.int64] = np.concatenate(offsets)
-        self.step_crc: NDArray[np.int64] = np.concatenate(crcs)
-        self.step_same: NDArray[np.bool_] = np.concatenate(same)
+        self._set_columns(
+            {k: np.concatenate(v) for k, v in traj_parts.items()},
+            {k: np.concatenate(v) for k, v in step_parts.items()},
+            edges,
+        )
+        self._set_summaries()
+        logger.info(
+            "indexed %d trajectories (%d steps) in %d files under %s",
+            self.num_trajectories,
+            self.num_steps,
+            len(self.files),
+            self.root,
+        )
+
+    def _set_columns(
+        self, traj: dict[str, NDArray[Any]], steps: dict[str, NDArray[Any]], edges: _EdgeFacts
+    ) -> None:
+        """The per-trajectory and per-step arrays, from every file's columns
+        (concatenated) and the facts of each trajectory's first and last step."""
+        self.traj_file: NDArray[np.int32] = traj["file"]
+        self.traj_local: NDArray[np.int32] = traj["local"]
+        self.traj_first: NDArray[np.int64] = traj["first"].astype(np.int64)
+        self.traj_length: NDArray[np.int64] = traj["length"]
+        self.traj_iteration: NDArray[np.int64] = traj["iteration"]
+        self.traj_reward: NDArray[np.float64] = traj["reward"]
+        self.traj_dummy: NDArray[np.bool_] = traj["dummy"]
+        self.traj_blocked = np.array(edges.blocked, dtype=bool)
+        self.step_offset: NDArray[np.int64] = steps["offset"]
+        self.step_crc: NDArray[np.int64] = steps["crc"]
+        self.step_same: NDArray[np.bool_] = steps["same"]
         self.step_file: NDArray[np.int32] = np.repeat(self.traj_file, self.traj_length)
-        self.task_names = names
+        self.task_names = edges.names
         # (policy, checkpoint, observation) per trajectory; None where not recorded.
-        self.traj_producer = producers
+        self.traj_producer = edges.producers
         #: The loop's own number of each trajectory's iteration (``loop_iteration`` in its
         #: metadata: the file's iteration number minus one), -1 where not recorded.
-        self.traj_loop_iteration = np.array(loop_iterations, dtype=np.int64)
+        self.traj_loop_iteration = np.array(edges.loop_iterations, dtype=np.int64)
         #: What acted, as the list shows and filters it: ``"demonstrations"``,
         #: ``"model checkpoints/000"``, ``"-"`` where the producer did not say.
-        self.actings, self.traj_acting = _codes([_acting(p, c) for p, c, _ in producers])
-        self._names_lower = np.array([n.lower() for n in names], dtype=str)
-        self.websites, self.traj_website = _codes(websites)
-        self.difficulties, self.traj_difficulty = _codes(difficulties)
+        self.actings, self.traj_acting = _codes([_acting(p, c) for p, c, _ in edges.producers])
+        self._names_lower = np.array([n.lower() for n in edges.names], dtype=str)
+        self.websites, self.traj_website = _codes(edges.websites)
+        self.difficulties, self.traj_difficulty = _codes(edges.difficulties)
+
+    def _set_summaries(self) -> None:
+        """What pages filter and count by, derived from the columns: success, the
+        same-screenshot steps of each trajectory, the iterations."""
         with np.errstate(invalid="ignore"):
             self.traj_success = (
                 ~self.traj_dummy
@@ -191,13 +167,6 @@ class TrajectoryIndex:
         same_cum = np.concatenate([[0], np.cumsum(self.step_same, dtype=np.int64)])
         self.traj_same = same_cum[ends] - same_cum[self.traj_first]
         self.iterations = sorted(set(self.traj_iteration.tolist()))
-        logger.info(
-            "indexed %d trajectories (%d steps) in %d files under %s",
-            self.num_trajectories,
-            self.num_steps,
-            len(self.files),
-            self.root,
-        )
 
     # ------------------------------------------------------------------ counts
 
@@ -420,3 +389,92 @@ def _codes(labels: list[str]) -> tuple[list[str], NDArray[np.int64]]:
     """Sorted distinct labels and each item's code into them."""
     uniq, codes = np.unique(np.array(labels, dtype=object).astype(str), return_inverse=True)
     return [str(u) for u in uniq.tolist()], codes.astype(np.int64)
+
+
+#: The per-trajectory columns each file adds (:func:`_trajectory_columns`).
+_TRAJECTORY_COLUMNS = ("file", "local", "first", "length", "iteration", "reward", "dummy")
+#: The per-step columns each file adds (:func:`_step_columns`).
+_STEP_COLUMNS = ("offset", "crc", "same")
+
+
+def _final_rewards(values: Sequence[Any]) -> NDArray[np.float64]:
+    """Final rewards as floats: a bool as 0/1, anything not a finite number as NaN."""
+    return np.array(
+        [
+            float(r)
+            if isinstance(r, int | float) and not isinstance(r, bool) and math.isfinite(r)
+            else float(bool(r))
+            if isinstance(r, bool)
+            else math.nan
+            for r in values
+        ],
+        dtype=float,
+    )
+
+
+def _trajectory_columns(
+    header: Header, file_id: int, iteration: int, first_pos: int
+) -> dict[str, NDArray[Any]]:
+    """The :data:`_TRAJECTORY_COLUMNS` of one file's trajectories, from its ``header``;
+    ``first_pos``: the global position of the file's first step."""
+    n_traj = int(header.lengths.size)
+    lengths = header.lengths.astype(np.int64)
+    starts = np.cumsum(lengths) - lengths
+    return {
+        "file": np.full(n_traj, file_id, dtype=np.int32),
+        "local": np.arange(n_traj, dtype=np.int32),
+        "first": first_pos + starts,
+        "length": lengths,
+        "iteration": np.full(n_traj, iteration, dtype=np.int64),
+        "reward": _final_rewards(header.final_rewards),
+        "dummy": header.dummy.astype(bool),
+    }
+
+
+def _step_columns(header: Header) -> dict[str, NDArray[Any]]:
+    """The :data:`_STEP_COLUMNS` of one file's steps: each step line's byte offset (-1
+    for format 3-4 steps, read from frames), its CRC and its same-screenshot flag."""
+    if header.frame_lengths is not None:
+        offsets = np.full(header.num_steps, -1, dtype=np.int64)
+    else:
+        line_off = header.body_start + np.cumsum(header.line_lengths) - header.line_lengths
+        offsets = line_off.astype(np.int64)
+    return {
+        "offset": offsets,
+        "crc": header.line_crc.astype(np.int64),
+        "same": header.same.astype(bool),
+    }
+
+
+@dataclass(slots=True)
+class _EdgeFacts:
+    """What the first and last step of each trajectory say, one entry per trajectory:
+    its task (name, website, difficulty), whether it was blocked, its producer
+    (policy, checkpoint, observation) and its loop iteration (-1: not recorded)."""
+
+    names: list[str] = field(default_factory=list)
+    websites: list[str] = field(default_factory=list)
+    difficulties: list[str] = field(default_factory=list)
+    blocked: list[bool] = field(default_factory=list)
+    producers: list[tuple[str | None, str | None, str | None]] = field(default_factory=list)
+    loop_iterations: list[int] = field(default_factory=list)
+
+    def add(self, first: Mapping[str, Any], last: Mapping[str, Any]) -> None:
+        """One trajectory's facts, from its ``first`` and ``last`` step records."""
+        task = _get(first, "step", "observation", "task")
+        self.names.append(str(task.get("task_name") or ""))
+        self.websites.append(_label(task.get("website")))
+        self.difficulties.append(_label(task.get("difficulty")))
+        self.blocked.append(bool(_get(last, "step", "reward").get("is_blocked")))
+        meta = _get(last, "step", "trajectory_metadata")
+        self.producers.append(
+            (
+                _text_or_none(meta.get("policy")),
+                _text_or_none(meta.get("checkpoint")),
+                _text_or_none(meta.get("observation")),
+            )
+        )
+        number = meta.get("loop_iteration")
+        self.loop_iterations.append(
+            number if isinstance(number, int) and not isinstance(number, bool) else -1
+        )

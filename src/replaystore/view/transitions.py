@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from replaystore.errors import StorageError
+from replaystore.formats.transitions_buffer import META_NAME, PRIORITIES_NAME, read_buffer_meta
 from replaystore.formats.transitions_checkpoint import (
     confine_name,
     is_zip_archive,
@@ -213,13 +214,11 @@ def read_transitions(kind: str, target: str | Path) -> TransitionsSummary:
         rows = size  # a checkpoint stores rows 0..size-1 only
         pri_file = None if ckpt.priorities is None else ckpt.priorities.path
     elif kind == "transitions_memmap":
-        from replaystore.transitions.storage import MemmapStorage
-
-        found = MemmapStorage.read_meta(target)
+        found = read_buffer_meta(target)
         if found is None:
-            raise StorageError(f"{target} has no buffer.json")
+            raise StorageError(f"{target} has no {META_NAME}")
         meta = dict(found)
-        where = target / "buffer.json"
+        where = target / META_NAME
         capacity, size, pointer, fields = _layout(meta, where, "capacity", "size")
         for f in fields:
             f["file"] = confine_name(target, f["file"], where, "column file")
@@ -227,7 +226,7 @@ def read_transitions(kind: str, target: str | Path) -> TransitionsSummary:
         pri_meta = meta.get("priorities")
         pri_file = None
         if pri_meta:
-            name = pri_meta.get("file", "priorities.bin")
+            name = pri_meta.get("file", PRIORITIES_NAME)
             pri_file = confine_name(target, name, where, "priorities file")
     else:
         raise ValueError(f"unknown transitions kind {kind!r}")

@@ -10,6 +10,10 @@ Rows live in a PostgreSQL schema (default ``replaystore``) of tables:
 * ``stats``: the row count, so ``size()`` does not scan;
 * ``replaystore_version``: the layout version (:data:`SCHEMA_VERSION`).
 
+The read side of the format (the URL's schema, the layout version, the read-only
+summary, :func:`read_summary`) lives in :mod:`replaystore.formats.postgres_experience`;
+this module writes.
+
 Writers need only ``INSERT``/``UPDATE``/``DELETE`` on those tables; the first
 opener creates them (idempotent, under an advisory lock, so several processes may
 start at once). A store of an unknown or newer layout is refused with a clear error.
@@ -40,7 +44,6 @@ import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
@@ -57,8 +60,17 @@ from replaystore.experience.storage.base import (
     check_page,
     choose,
 )
-from replaystore.formats.experience_summary import summarise_rows
-from replaystore.redaction import redact, url_passwords
+from replaystore.formats.postgres_experience import (
+    DEFAULT_SCHEMA,
+    SCHEMA_NAME,
+    SCHEMA_VERSION,
+    check_layout_version,
+    error_text,
+    read_layout_version,
+    read_summary,
+    split_schema,
+)
+from replaystore.redaction import redact
 from replaystore.sampling import SeedLike, as_generator
 
 try:  # optional dependency: the "postgres" extra
@@ -72,13 +84,9 @@ __all__ = ["EXACT_SAMPLING_UP_TO", "SCHEMA_VERSION", "PostgresStorage", "read_su
 
 log = logging.getLogger("replaystore.experience.postgres")
 
-SCHEMA_VERSION = 1
-"""Version of the table layout this code reads and writes."""
-
 EXACT_SAMPLING_UP_TO = 4096
 """Sampling lists the candidates (and picks what every storage picks) up to this many."""
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _READ_COLUMNS = "seq, id, " + ", ".join(META_FIELDS) + ", payload"
 _COPY_COLUMNS = "seq, id, " + ", ".join(META_FIELDS) + ", data, payload"
@@ -137,24 +145,6 @@ def _lock_key(name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def split_schema(url: str) -> tuple[str, str | None]:
-    """``(conninfo, schema)``: the ``schema=`` query parameter taken out of a ``postgresql://`` URL.
-
-    Every other parameter stays for libpq (``host=/path/to/socket/dir``,
-    ``sslmode=...``, ``connect_timeout=...``).
-    """
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = [v for k, v in query if k == "schema"]
-    rest = [(k, v) for k, v in query if k != "schema"]
-    return urlunsplit(parts._replace(query=urlencode(rest))), (schema[-1] if schema else None)
-
-
-def _error_text(exc: BaseException, conninfo: str) -> str:
-    """A driver error's text without the password of ``conninfo`` (libpq may quote it)."""
-    return redact(str(exc), url_passwords([conninfo]))
-
-
 class PostgresStorage(Storage):
     """Rows in a PostgreSQL database, safe for many writer and reader processes on many machines.
 
@@ -203,8 +193,8 @@ class PostgresStorage(Storage):
         if conninfo.startswith(("postgresql://", "postgres://")):
             conninfo, url_schema = split_schema(conninfo)
             schema = schema or url_schema
-        schema = schema or "replaystore"
-        if not _NAME.fullmatch(schema):
+        schema = schema or DEFAULT_SCHEMA
+        if not SCHEMA_NAME.fullmatch(schema):
             raise ConfigError(
                 f"schema must be letters, digits and '_' (at most 63, not starting with a "
                 f"digit), got {schema!r}"
@@ -277,7 +267,7 @@ class PostgresStorage(Storage):
                     pool.close()
                     raise StorageError(
                         f"cannot connect to PostgreSQL at {redact(self.conninfo)}: "
-                        f"{_error_text(exc, self.conninfo)}"
+                        f"{error_text(exc, self.conninfo)}"
                     ) from exc
                 self._pool = pool
             return self._pool
@@ -303,7 +293,7 @@ class PostgresStorage(Storage):
                 yield conn
         except psycopg.OperationalError as exc:
             raise StorageError(
-                f"PostgreSQL store {self.schema}: {_error_text(exc, self.conninfo)}"
+                f"PostgreSQL store {self.schema}: {error_text(exc, self.conninfo)}"
             ) from exc
 
     def _create_tables(self) -> None:
@@ -314,7 +304,7 @@ class PostgresStorage(Storage):
         except psycopg.Error as exc:
             raise StorageError(
                 f"cannot connect to PostgreSQL at {redact(self.conninfo)}: "
-                f"{_error_text(exc, self.conninfo)}"
+                f"{error_text(exc, self.conninfo)}"
             ) from exc
         try:
             with conn.transaction():
@@ -344,31 +334,13 @@ class PostgresStorage(Storage):
         except psycopg.Error as exc:
             raise StorageError(
                 f"cannot initialise PostgreSQL store {self.schema}: "
-                f"{_error_text(exc, self.conninfo)}"
+                f"{error_text(exc, self.conninfo)}"
             ) from exc
         finally:
             conn.close()
 
     def _check_version(self, conn: Any) -> None:
-        row = conn.execute(
-            f"SELECT version FROM {self._s}.replaystore_version WHERE component = 'experience'"
-        ).fetchone()
-        if row is None:
-            raise StorageError(
-                f"schema {self.schema!r} has a replaystore_version table without an "
-                "'experience' entry: it is not an experience store"
-            )
-        version = row[0]
-        if version > SCHEMA_VERSION:
-            raise StorageError(
-                f"store {self.schema!r} has layout version {version}, newer than this "
-                f"replaystore reads ({SCHEMA_VERSION}): upgrade replaystore"
-            )
-        if version != SCHEMA_VERSION:
-            raise StorageError(
-                f"store {self.schema!r} has unknown layout version {version} "
-                f"(this replaystore reads version {SCHEMA_VERSION})"
-            )
+        check_layout_version(read_layout_version(conn, self._s), self.schema)
 
     # ------------------------------------------------------------------ writing
 
@@ -780,62 +752,6 @@ def _draw(
                 return list(picked)
         rate = hit / tried if hit else rate / 8
     return None
-
-
-def read_summary(url: str, schema: str | None = None) -> dict[str, Any]:
-    """A summary of the store at ``url`` (rows, tasks, agents, ranges, bytes), read-only.
-
-    Unlike opening a :class:`PostgresStorage`, this never creates tables.
-
-    Raises:
-        StorageError: the server cannot be reached, or there is no replaystore
-            experience store in the schema.
-        ConfigError: psycopg missing, or a bad schema name.
-    """
-    _require_psycopg()
-    conninfo, url_schema = split_schema(url)
-    schema = schema or url_schema or "replaystore"
-    if not _NAME.fullmatch(schema):
-        raise ConfigError(f"bad schema name {schema!r}")
-    s = sql.Identifier(schema).as_string(None)
-    try:
-        conn: Any = psycopg.connect(conninfo, connect_timeout=10)  # rows are tuples
-    except psycopg.Error as exc:
-        raise StorageError(
-            f"cannot connect to PostgreSQL at {redact(conninfo)}: {_error_text(exc, conninfo)}"
-        ) from exc
-    try:
-        conn.read_only = True
-        with conn.transaction():
-            exists = conn.execute(
-                "SELECT to_regclass(%s) IS NOT NULL", (f"{s}.replaystore_version",)
-            ).fetchone()[0]
-            if not exists:
-                raise StorageError(
-                    f"no replaystore experience store in schema {schema!r} at {redact(conninfo)}"
-                )
-            version = conn.execute(
-                f"SELECT version FROM {s}.replaystore_version WHERE component = 'experience'"
-            ).fetchone()
-            counts = summarise_rows(conn, f"{s}.rows")
-            size = conn.execute(
-                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-                "JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE n.nspname = %s AND c.relkind IN ('r', 'S')",
-                (schema,),
-            ).fetchone()[0]
-    except psycopg.Error as exc:
-        raise StorageError(f"cannot read store {schema!r}: {_error_text(exc, conninfo)}") from exc
-    finally:
-        conn.close()
-
-    return {
-        "url": redact(conninfo),
-        "schema": schema,
-        "version": version[0] if version else None,
-        "size_bytes": int(size),
-        **counts,
-    }
 
 
 def _check_no_nul(record: tuple[Any, ...], where: str) -> None:

@@ -5,8 +5,8 @@ rule (:class:`~.base.Recovery`: what to do when the journal says it started but 
 not finish) and a ``run(ctx)`` over the run's :class:`~.context.RunContext`.
 :func:`~.base.run_stage` is the driver: it skips a stage the journal marks done,
 times the others, records them in the journal and prints their report line.
-:mod:`.partial` holds the one ``.partial``-then-rename step every directory output
-goes through.
+:mod:`replaystore.loop.partial` holds the one ``.partial``-then-rename step every
+directory output goes through.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from .partial import keep_finished
+from ..partial import keep_finished
 
 if TYPE_CHECKING:
     from .context import RunContext

@@ -1,16 +1,16 @@
 """The ``export`` stage: the buffer's draw exported as the iteration's LLaMA-Factory
 dataset (ShareGPT records for SFT, preference records for KTO/DPO), written through
-``dataset.partial`` (:mod:`.partial`)."""
+``dataset.partial`` (:mod:`replaystore.loop.partial`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from ..partial import build_directory
 from .base import Outcome, Stage, now, run_stage
 from .buffer import Draw, buffer_stage
 from .context import DATASET_NAME
-from .partial import build_directory
 
 if TYPE_CHECKING:
     from pathlib import Path

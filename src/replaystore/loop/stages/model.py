@@ -1,6 +1,6 @@
 """The ``model`` stage (iteration 0, when ``model.path`` is unset): the run's tiny model,
 its tokenizer trained on iteration 0's dataset (or the built-in text), written through
-``model.partial`` (:mod:`.partial`)."""
+``model.partial`` (:mod:`replaystore.loop.partial`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..partial import build_directory
 from ..tools import checkpoint_weights, make_tiny_model
 from .base import Outcome, Stage
-from .partial import build_directory
 
 if TYPE_CHECKING:
     from .context import RunContext
@@ -34,6 +34,8 @@ class ModelStage(Stage[None]):
         )
 
     def run(self, ctx: RunContext) -> Outcome[None]:
+        # model.tiny's keys (checked by LoopConfig: no others) are make_tiny_model's
+        # keywords: layers, hidden, heads, vocab, seed, pretrain_steps.
         tiny = ctx.config["model"]["tiny"]
         settings = build_directory(
             ctx.paths.out / "model",
@@ -41,14 +43,9 @@ class ModelStage(Stage[None]):
                 ctx.tools.train_python,
                 partial,
                 corpus=self.corpus,
-                layers=tiny["layers"],
-                hidden=tiny["hidden"],
-                heads=tiny["heads"],
-                vocab=tiny["vocab"],
-                seed=tiny["seed"],
-                pretrain_steps=tiny["pretrain_steps"],
                 log_path=ctx.paths.log("model.log"),
                 marker=ctx.marker,
+                **tiny,
             ),
         )
         report = (

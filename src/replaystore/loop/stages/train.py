@@ -1,6 +1,7 @@
 """The ``train`` stage: ``llamafactory-cli train`` on a YAML made from the template, the
 overrides and this iteration's dataset, written through the checkpoint's ``.partial``
-(:mod:`.partial`); the checkpoint it writes is what iteration ``k + 1`` serves."""
+(:mod:`replaystore.loop.partial`); the checkpoint it writes is what iteration ``k + 1``
+serves."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..partial import build_directory
 from ..tools import (
     LoopStageError,
     checkpoint_weights,
@@ -21,7 +23,6 @@ from ..tools import (
 )
 from .base import Outcome, Recovery, Stage
 from .context import DATASET_NAME
-from .partial import build_directory
 
 if TYPE_CHECKING:
     from .context import RunContext
@@ -155,9 +156,7 @@ class TrainStage(Stage[None]):
         )
         result = build_directory(output, lambda partial: self._train(ctx, partial, log))
         facts = {
-            "steps": result.steps,
-            "loss_first": result.loss_first,
-            "loss_last": result.loss_last,
+            **result.facts(),
             "checkpoint": ctx.paths.rel(output),
             "started_from": ctx.paths.rel(start_from),
             "log": ctx.paths.rel(log),

@@ -10,10 +10,11 @@ list):
 * :mod:`.lines`: formats 1-2 (one JSON line per step);
 * :mod:`.v4`: format 4's table of texts shared per file (written, indexed, read);
 * :mod:`.v3`: format 3's frames (format 4 frames name texts of :mod:`.v4`);
-* :mod:`.header`: format constants, the header and its checks (:func:`.header.read_header`);
+* :mod:`replaystore.formats.trajectory_header`: format constants, the header and its
+  checks (:func:`~replaystore.formats.trajectory_header.read_header`; :mod:`.header`
+  re-exports its names);
 * :mod:`.load`: whole-file and per-trajectory reads;
 * :mod:`.writer`: encoding and writing a file; :mod:`.merge`: merging and upgrading;
-* :mod:`.stats`: statistics from headers;
 * :mod:`.reader`: the cached step reader of a file-backed buffer;
 * :mod:`.index`: the buffer index built from headers.
 

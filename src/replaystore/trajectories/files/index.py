@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from replaystore.trajectories.files.header import Header
+from replaystore.formats.trajectory_header import Header
 from replaystore.trajectories.files.reader import FileSource, FrameTable, Prompts
 from replaystore.trajectories.files.v4 import TextIndex
-from replaystore.trajectories.index import StepIndex, final_reward_value
+from replaystore.trajectories.index import StepIndex, final_reward_values
 
 if TYPE_CHECKING:
     from replaystore.trajectories.storage import TrajectoryStorage
@@ -70,12 +70,13 @@ def _add_file(parts: dict[str, list[Any]], file_id: int, h: Header, first_traj: 
     lengths = h.lengths.astype(np.int64)
     keep = ~h.dummy
     rewards = np.zeros(n_traj)
-    for t in np.flatnonzero(keep).tolist():
-        rewards[t] = final_reward_value(
-            h.final_rewards[t],
-            f"trajectory {first_traj + t} (trajectory {t} of {h.file.path})",
-            int(lengths[t]) - 1,
-        )
+    kept = np.flatnonzero(keep)
+    finals = h.final_rewards
+    rewards[kept] = final_reward_values(
+        finals if kept.size == n_traj else [finals[t] for t in kept.tolist()],
+        lengths[kept] - 1,
+        lambda k: f"trajectory {first_traj + kept[k]} (trajectory {kept[k]} of {h.file.path})",
+    )
     step_keep = np.repeat(keep, lengths)
     starts = np.cumsum(lengths) - lengths
     if h.record is not None:  # record steps are stored, never samples

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from replaystore.errors import StorageError
+from replaystore.formats.trajectory_header import Header
 from replaystore.trajectories.files.frames import decode_frame, read_frame
-from replaystore.trajectories.files.header import Header
 from replaystore.trajectories.files.lines import decode_line
 from replaystore.trajectories.files.v3 import (
     Frame,

@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from replaystore.errors import StorageError
 from replaystore.trajectories.files.frames import CODEC_RAW, read_frame
 from replaystore.trajectories.files.jsonfast import (
+    crc32c_function,
     from_json,
     json_copy,
     loads,
@@ -56,6 +57,20 @@ class FrameTable:
     steps: NDArray[np.int32]
 
 
+@dataclass(slots=True)
+class _TextSlots:
+    """The texts :meth:`FileSource.sample_parts_many` fills: slot ``i`` holds text
+    ``ids[i]`` of ``prompts`` (a message, or the response where ``is_response``),
+    parsed into ``values[i]``; ``invalid`` lists the message slots that are not a
+    plain chat message (their samples read their steps)."""
+
+    prompts: Prompts
+    ids: NDArray[Any]
+    is_response: NDArray[np.bool_]
+    values: list[Any]
+    invalid: list[int]
+
+
 class FileSource:
     """Reads one step (or a step's history) from its iteration file on access.
 
@@ -69,6 +84,7 @@ class FileSource:
         "_cache",
         "_cached_bytes",
         "_copy",
+        "_crc32c",
         "_file_texts",
         "_first_text",
         "_message_chars",
@@ -123,6 +139,7 @@ class FileSource:
         self._messages: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
         self._message_chars = 0
         self._copy = json_copy()
+        self._crc32c = crc32c_function()
         # whether some steps are version 1-2 lines (their offsets are >= 0)
         self._mixed = bool(offsets.size) and bool(offsets.max() >= 0)
         self._root_url = root_url(storage.root)
@@ -323,12 +340,12 @@ class FileSource:
         ]
         shared = arrays["shared"][ids].astype(bool)
         whole = (arrays["text_codec"][ids] == CODEC_RAW) & ~shared
-        values: list[Any] = [None] * total
+        batch = _TextSlots(prompts, ids, is_response, [None] * total, [])
+        values, invalid = batch.values, batch.invalid
         try:
-            invalid = self._own_values(prompts, ids, whole, is_response, values)
-            if invalid is None:
+            if not self._own_values(batch, whole):
                 return [None] * n  # sample_parts names the damaged step
-            self._shared_values(prompts, ids, shared, is_response, values, invalid)
+            self._shared_values(batch, shared)
             for slot in np.flatnonzero(~whole & ~shared).tolist():
                 value = values[slot] = self._own_text(prompts, int(ids[slot]))
                 if not is_response[slot] and not _is_chat_message(value):
@@ -344,21 +361,16 @@ class FileSource:
                 out[int(picked[j])] = None
         return out
 
-    def _own_values(
-        self,
-        prompts: Prompts,
-        ids: NDArray[Any],
-        whole: NDArray[np.bool_],
-        is_response: NDArray[np.bool_],
-        values: list[Any],
-    ) -> list[int] | None:
+    def _own_values(self, batch: _TextSlots, whole: NDArray[np.bool_]) -> bool:
         """:meth:`sample_parts_many`: the texts stored whole and read by one step (slots
-        ``whole``) parsed into ``values``, by one call per file; returns the slots whose
-        message is not a plain chat message, or None when a text fails its check.
+        ``whole``) parsed into ``batch.values``, by one call per file; the slots whose
+        message is not a plain chat message are added to ``batch.invalid``. False when
+        a text fails its check.
 
         Raises:
             ValueError: a text is not one JSON value. StorageError, IndexError.
         """
+        prompts, ids, values = batch.prompts, batch.ids, batch.values
         arrays = prompts.arrays
         own = np.flatnonzero(whole)
         own_ids = ids[own]
@@ -370,10 +382,10 @@ class FileSource:
         for numbers in by_file:
             joined = self._joined_texts(prompts, numbers)
             if joined is None:
-                return None
+                return False
             values_of_file = from_json(joined) if from_json is not None else json.loads(joined)
             if type(values_of_file) is not list or len(values_of_file) != numbers.size:
-                return None
+                return False
             if len(by_file) == 1:
                 parsed = values_of_file
             else:
@@ -384,9 +396,9 @@ class FileSource:
                 ):
                     parsed[k] = value
         # a message that is not a plain chat message: its sample reads its step
-        invalid: list[int] = []
+        invalid = batch.invalid
         for slot, value, response in zip(
-            own.tolist(), parsed, is_response[own].tolist(), strict=True
+            own.tolist(), parsed, batch.is_response[own].tolist(), strict=True
         ):
             values[slot] = value
             if not response and (
@@ -395,24 +407,18 @@ class FileSource:
                 or "content" not in value
             ):
                 invalid.append(slot)
-        return invalid
+        return True
 
-    def _shared_values(
-        self,
-        prompts: Prompts,
-        ids: NDArray[Any],
-        shared: NDArray[np.bool_],
-        is_response: NDArray[np.bool_],
-        values: list[Any],
-        invalid: list[int],
-    ) -> None:
+    def _shared_values(self, batch: _TextSlots, shared: NDArray[np.bool_]) -> None:
         """:meth:`sample_parts_many`: the texts several steps share (slots ``shared``),
-        each distinct one parsed once (cached), a copy per slot, into ``values``; slots
-        whose message is not a plain chat message are added to ``invalid``.
+        each distinct one parsed once (cached), a copy per slot, into ``batch.values``;
+        slots whose message is not a plain chat message are added to ``batch.invalid``.
 
         Raises:
             ValueError: a text is not one JSON value. StorageError, IndexError.
         """
+        prompts, ids, is_response = batch.prompts, batch.ids, batch.is_response
+        values, invalid = batch.values, batch.invalid
         # shared texts: each distinct one parsed once (cached), a copy per slot
         shared_slots = np.flatnonzero(shared)
         if shared_slots.size:
@@ -515,10 +521,30 @@ class FileSource:
         """Text ``number`` parsed straight from its file's memory map (URLs as stored),
         checked against its CRC-32C on first read (a new value on every call).
 
+        A text stored whole is sliced and checked here, from ``prompts``' arrays (plain
+        ints), the rest by :meth:`_raw_text`: every ``buffer[i]`` reads two or three.
+
         Raises:
             ValueError: not one JSON value. StorageError: see :meth:`_raw_text`.
         """
-        return loads_text(self._raw_text(prompts, number))
+        if prompts.text_codec[number] != CODEC_RAW:
+            return loads_text(self._raw_text(prompts, number))
+        file_id = prompts.text_file[number]
+        texts = self._file_texts[file_id]
+        if type(texts) is not Texts:
+            texts = self._texts_of(file_id)
+        start = prompts.text_offset[number]
+        raw = texts.data[start : start + prompts.text_length[number]]  # type: ignore[union-attr]
+        if not prompts.verified[number]:
+            if self._crc32c(raw) != prompts.text_crc[number]:
+                return loads_text(self._raw_text(prompts, number))  # names the failure
+            prompts.verified[number] = 1
+        if from_json is not None:
+            try:
+                return from_json(raw)
+            except ValueError:
+                pass
+        return json.loads(raw)
 
     def _raw_text(self, prompts: Prompts, number: int) -> bytes:
         """Text ``number`` (of all files; made whole), checked against its CRC-32C once

@@ -16,9 +16,9 @@ from numpy.typing import NDArray
 
 from replaystore.atomic import atomic_open
 from replaystore.errors import SchemaError, TrajectoryError
+from replaystore.formats.trajectory_header import FORMAT, encode_array
 from replaystore.trajectories.components import step_to_dict
 from replaystore.trajectories.files.frames import CODEC_RAW, CODEC_ZSTD, compress_each
-from replaystore.trajectories.files.header import FORMAT, encode_array
 from replaystore.trajectories.files.lines import step_lines
 from replaystore.trajectories.files.naming import relative_image
 from replaystore.trajectories.files.v3 import frame_of
