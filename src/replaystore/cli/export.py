@@ -137,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
         )
     from replaystore.trajectories import TrajectoryBuffer, TrajectoryStorage
     from replaystore.trajectories.context import ConversationBuilder
-    from replaystore.trajectories.export import export_llamafactory
 
     store = store_path(args.store)
     if not store.is_dir():
@@ -166,18 +165,7 @@ def run(args: argparse.Namespace) -> int:
     # Materialise each sample (parse or build its prompt) under the progress bar.
     read = iter(chosen)
     samples = list(progress(read, len(chosen), "reading samples"))
-    report = export_llamafactory(
-        samples,
-        Path(args.out),
-        dataset_name=args.dataset_name,
-        format=args.format,
-        val_ratio=args.val_ratio,
-        seed=args.seed,
-        file_format=args.file_format,
-        copy_images=args.copy_images,
-        on_error=args.on_error,
-        image_root=args.image_root,
-    )
+    report = _export(args, samples, format=args.format)
     stats = buffer.stats
     print(
         f"exported {report.num_train} train + {report.num_val} validation records "
@@ -209,7 +197,6 @@ def _run_preference(args: argparse.Namespace, store: Path) -> int:
     """``--format kto|dpo``: every step of successes and failures, or pairs at shared states."""
     from replaystore.errors import ExportError
     from replaystore.trajectories import TrajectoryStorage
-    from replaystore.trajectories.export import export_llamafactory
     from replaystore.trajectories.preference import (
         dpo_pairs,
         kto_samples,
@@ -246,18 +233,7 @@ def _run_preference(args: argparse.Namespace, store: Path) -> int:
                 "attempt that reached the same state (task and prompt): repeated attempts "
                 "at the same task instances make them"
             )
-    report = export_llamafactory(
-        samples,
-        Path(args.out),
-        dataset_name=args.dataset_name,
-        kind=args.format,
-        val_ratio=args.val_ratio,
-        seed=args.seed,
-        file_format=args.file_format,
-        copy_images=args.copy_images,
-        on_error=args.on_error,
-        image_root=args.image_root,
-    )
+    report = _export(args, samples, kind=args.format)
     print(
         f"exported {report.num_train} train + {report.num_val} validation {args.format.upper()} "
         f"records from {made} in {store}"
@@ -275,3 +251,22 @@ def _print_files(report: Any) -> None:
         print(f"  validation:   {report.val_file}")
     entries = [report.dataset_name] + ([f"{report.dataset_name}_val"] if report.val_file else [])
     print(f"  dataset_info: {report.dataset_info_file} (entries: {', '.join(entries)})")
+
+
+def _export(args: argparse.Namespace, samples: list[Any], **which: str) -> Any:
+    """``export_llamafactory`` of ``samples`` with the command's output options; ``which``
+    is ``format=`` (SFT records) or ``kind=`` (KTO/DPO)."""
+    from replaystore.trajectories.export import export_llamafactory
+
+    return export_llamafactory(
+        samples,
+        Path(args.out),
+        dataset_name=args.dataset_name,
+        val_ratio=args.val_ratio,
+        seed=args.seed,
+        file_format=args.file_format,
+        copy_images=args.copy_images,
+        on_error=args.on_error,
+        image_root=args.image_root,
+        **which,
+    )

@@ -30,7 +30,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from replaystore.demos.transitions import SOLVED_RETURN, WINDOW, DQNConfig, plot_returns, q_network
+from replaystore.demos.transitions import (
+    SOLVED_RETURN,
+    WINDOW,
+    DQNConfig,
+    plot_returns,
+    q_network,
+    td_update,
+)
 
 __all__ = ["CartPoleActor", "run"]
 
@@ -184,15 +191,7 @@ def run(out: Path, quick: bool, *, num_actors: int = 2, num_shards: int = 2) -> 
                         nxt = q(batch["next_obs"]).argmax(dim=1, keepdim=True)
                         next_q = target(batch["next_obs"]).gather(1, nxt).squeeze(1)
                         y = batch["reward"] + cfg.gamma * next_q * (~batch["done"]).float()
-                    q_taken = q(batch["obs"]).gather(1, batch["action"].unsqueeze(1)).squeeze(1)
-                    td = y - q_taken
-                    loss = (
-                        batch["weight"] * nn.functional.smooth_l1_loss(q_taken, y, reduction="none")
-                    ).mean()
-                    optim.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(q.parameters(), cfg.grad_clip)
-                    optim.step()
+                    td = td_update(q, optim, batch, y, cfg.grad_clip)
                     t0 = time.perf_counter()
                     buf.update_priorities(batch["index"], td.detach().abs())
                     sample_s += time.perf_counter() - t0

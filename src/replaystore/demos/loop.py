@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["full_config", "quick_config", "run", "summary_lines"]
+__all__ = ["full_config", "quick_config", "run", "run_loop_part", "summary_lines"]
 
-logger = logging.getLogger("replaystore.demos.loop")
 
 #: Settings both modes share: the tiny text model on the local suite, small pages,
 #: three seeded repeats of the expert (its few wasted clicks vary the histories).
@@ -123,32 +123,44 @@ def run(out: Path, quick: bool) -> list[str]:
     Raises:
         LoopStageError: a stage failed (the message names it and its log).
     """
+    settings = quick_config() if quick else full_config()
+    return run_loop_part("loop", out, settings, summary_lines)
+
+
+def run_loop_part(
+    part: str,
+    out: Path,
+    settings: dict[str, Any],
+    lines: Callable[[dict[str, Any], Path], list[str]],
+) -> list[str]:
+    """Run a demo part that is a loop (``loop``, ``miniwob``): ``settings`` under ``out``
+    (a previous demo run there is replaced), then ``lines(summary, out)``. Without the
+    tool environments or a browser, one ``SKIPPED`` line saying how to get them.
+
+    Raises:
+        LoopStageError: a stage failed (the message names it and its log).
+    """
     from replaystore.loop import LoopConfig, ToolsMissingError, default_tools_dir, find_tools
     from replaystore.loop.runner import LoopRunner
     from replaystore.loop.tools import INSTALL_COMMAND
     from replaystore.rollouts.browser import BrowserUnavailableError
 
+    log = logging.getLogger(f"replaystore.demos.{part}")
     try:
         find_tools(default_tools_dir())
     except ToolsMissingError as exc:
-        logger.warning("loop demo skipped: %s", exc)
+        log.warning("%s demo skipped: %s", part, exc)
         return [
             f"SKIPPED (no tool environments in {default_tools_dir()}): set them up with "
             f"`{INSTALL_COMMAND}` from a clone of the repository, then run "
-            "`replaystore demo --part loop`"
+            f"`replaystore demo --part {part}`"
         ]
     out = Path(out).absolute()
     if (out / "journal.json").exists():
         shutil.rmtree(out)  # a previous demo run: the demo starts afresh
-    settings = quick_config() if quick else full_config()
-    settings["out"] = str(out)
-    config = LoopConfig.from_mapping(settings, base_dir=out)
+    config = LoopConfig.from_mapping({**settings, "out": str(out)}, base_dir=out)
     try:
-        summary = LoopRunner(config, report=_log, progress=False).run()
+        summary = LoopRunner(config, report=lambda line: log.info("%s", line), progress=False).run()
     except BrowserUnavailableError as exc:
         return [f"SKIPPED (no browser): {exc}"]
-    return summary_lines(summary, out)
-
-
-def _log(line: str) -> None:
-    logger.info("%s", line)
+    return lines(summary, out)

@@ -18,14 +18,11 @@ get them, and writes nothing.
 
 from __future__ import annotations
 
-import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
 __all__ = ["full_config", "quick_config", "run", "summary_lines"]
 
-logger = logging.getLogger("replaystore.demos.miniwob")
 
 _COMMON: dict[str, Any] = {
     "observation": "text",
@@ -126,10 +123,7 @@ def run(out: Path, quick: bool) -> list[str]:
     Raises:
         LoopStageError: a stage failed (the message names it and its log).
     """
-    from replaystore.loop import LoopConfig, ToolsMissingError, default_tools_dir, find_tools
-    from replaystore.loop.runner import LoopRunner
-    from replaystore.loop.tools import INSTALL_COMMAND
-    from replaystore.rollouts.browser import BrowserUnavailableError
+    from .loop import run_loop_part
 
     try:
         from replaystore.rollouts.miniwob import html_root
@@ -137,27 +131,5 @@ def run(out: Path, quick: bool) -> list[str]:
         html_root()
     except ImportError as exc:
         return [f"SKIPPED ({exc})"]
-    try:
-        find_tools(default_tools_dir())
-    except ToolsMissingError as exc:
-        logger.warning("miniwob demo skipped: %s", exc)
-        return [
-            f"SKIPPED (no tool environments in {default_tools_dir()}): set them up with "
-            f"`{INSTALL_COMMAND}` from a clone of the repository, then run "
-            "`replaystore demo --part miniwob`"
-        ]
-    out = Path(out).absolute()
-    if (out / "journal.json").exists():
-        shutil.rmtree(out)  # a previous demo run: the demo starts afresh
     settings = quick_config() if quick else full_config()
-    settings["out"] = str(out)
-    config = LoopConfig.from_mapping(settings, base_dir=out)
-    try:
-        summary = LoopRunner(config, report=_log, progress=False).run()
-    except BrowserUnavailableError as exc:
-        return [f"SKIPPED (no browser): {exc}"]
-    return summary_lines(summary, out)
-
-
-def _log(line: str) -> None:
-    logger.info("%s", line)
+    return run_loop_part("miniwob", out, settings, summary_lines)

@@ -110,6 +110,21 @@ QUICK_STEPS = 3_000
 """Environment steps of the quick mode, split evenly between the 1-step and the n-step run."""
 
 
+def td_update(
+    q: nn.Module, optim: torch.optim.Optimizer, batch: Any, y: torch.Tensor, grad_clip: float
+) -> torch.Tensor:
+    """One importance-weighted Huber step of ``q`` towards the targets ``y`` on ``batch``
+    (``obs``, ``action``, ``weight``); the TD errors, for the priorities."""
+    q_taken = q(batch["obs"]).gather(1, batch["action"].unsqueeze(1)).squeeze(1)
+    td = y - q_taken
+    loss = (batch["weight"] * nn.functional.smooth_l1_loss(q_taken, y, reduction="none")).mean()
+    optim.zero_grad()
+    loss.backward()
+    nn.utils.clip_grad_norm_(q.parameters(), grad_clip)
+    optim.step()
+    return td
+
+
 def q_network(obs_dim: int, n_actions: int, hidden: int) -> nn.Module:
     """The demos' Q-network: two hidden layers of ``hidden`` units, one output per action."""
     return nn.Sequential(
@@ -219,13 +234,7 @@ def train_dqn(
             next_action = q(bootstrap_obs).argmax(dim=1, keepdim=True)
             next_q = target(bootstrap_obs).gather(1, next_action).squeeze(1)
             y = reward + discount * next_q * (~terminal).float()
-        q_taken = q(batch["obs"]).gather(1, batch["action"].unsqueeze(1)).squeeze(1)
-        td = y - q_taken
-        loss = (batch["weight"] * nn.functional.smooth_l1_loss(q_taken, y, reduction="none")).mean()
-        optim.zero_grad()
-        loss.backward()
-        nn.utils.clip_grad_norm_(q.parameters(), cfg.grad_clip)
-        optim.step()
+        td = td_update(q, optim, batch, y, cfg.grad_clip)
         t0 = time.perf_counter()
         buf.update_priorities(batch["index"], td.detach().abs())
         replay_seconds += time.perf_counter() - t0
