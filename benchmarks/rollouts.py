@@ -25,6 +25,17 @@ What is measured, per setting (1, 2, 4 contexts at once):
   writing the iteration file, updating the task history) divided by the steps.
   Target: under 5 ms per step.
 
+With ``--ray``, the same workload also runs on Ray rollout actors (a Ray started in
+this process, ``ray.init(address="local")``), one browser context per actor, with 1,
+2 and 4 actors beside the in-process collector with as many contexts:
+
+* **steps/s** over the iteration's wall time once the actors are up (their start,
+  Chromium's launch included, is reported apart: ``startup``);
+* **Ray cost per step**: the Ray run's wall time per step minus the in-process
+  run's at the same number of browsers (shipping each trajectory and its PNGs as
+  bytes, the driver's queue, Ray's calls), and the driver's own part of it
+  (unpacking results and writing their screenshots, ``IterationResult.ray["driver_s"]``).
+
 The machine's load average is printed before and after (other jobs share the 2
 cores; the figures are only comparable at a similar load). ``--out FILE`` replaces
 the text between this script's BEGIN/END GENERATED markers in FILE.
@@ -162,12 +173,102 @@ async def _measure(workers: int, repeats: int, root: Path) -> dict[str, Any]:
     }
 
 
+def _measure_ray(actors: int, repeats: int, root: Path) -> dict[str, Any]:
+    """The workload on ``actors`` Ray actors of one browser each (Ray already started)."""
+    from replaystore.rollouts.ray_rollout import RayOptions, ray_rollout
+    from replaystore.rollouts.ray_worker import worker_spec
+    from replaystore.rollouts.sites import LocalSuite, load_plans
+    from replaystore.trajectories.components import Task
+    from replaystore.trajectories.storage import TrajectoryStorage
+
+    plans = load_plans()
+    with LocalSuite() as suite:  # for the task list only: each actor serves its own
+        base = [t for t in suite.tasks() if "botwall" not in t.website]
+    tasks = [
+        Task.from_dict({**t.to_dict(), "task_id": f"{t.task_id}~{k}"})
+        for k in range(repeats)
+        for t in base
+    ]
+    spec = worker_spec(
+        policy="scripted",
+        serve="suite",
+        browsers=1,
+        scripted={
+            "plans": {t.task_id: plans[t.task_id.split("~")[0]] for t in tasks},
+            "mistake_rate": 0.0,
+            "wrong_answer_rate": 0.0,
+        },
+        viewport=VIEWPORT,
+    )
+    result = ray_rollout(
+        tasks,
+        TrajectoryStorage(root / f"ray-storage-{actors}"),
+        2,  # as the in-process run's timed iteration: the same scripted steps
+        spec=spec,
+        options=RayOptions(address=None, actors=actors, browsers_per_actor=1, num_cpus=0),
+    )
+    return {
+        "actors": actors,
+        "tasks": len(tasks),
+        "steps": result.steps,
+        "seconds": result.seconds,
+        "steps_per_s": result.steps_per_second,
+        "success": result.success_rate,
+        "startup_s": result.ray["startup_s"],
+        "driver_ms": 1000 * result.ray["driver_s"] / max(1, result.steps),
+    }
+
+
+def _ray_rows(counts: list[int], repeats: int, root: Path, local: dict[int, Any]) -> list[Any]:
+    """One table row per actor count: Ray beside the in-process collector."""
+    import ray
+
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
+    rows = []
+    try:
+        for actors in counts:
+            r = _measure_ray(actors, repeats, root)
+            mine = local.get(actors)
+            extra = (
+                f"{1000 * (r['seconds'] / r['steps'] - mine['seconds'] / mine['steps']):.0f} ms"
+                if mine
+                else "n/a"
+            )
+            print(
+                f"ray, {actors} actor(s): {r['steps']} steps in {r['seconds']:.1f} s = "
+                f"{r['steps_per_s']:.2f} steps/s (startup {r['startup_s']:.1f} s; "
+                f"load now {os.getloadavg()[0]:.2f})",
+                flush=True,
+            )
+            rows.append(
+                [
+                    actors,
+                    f"{mine['steps_per_s']:.2f}" if mine else "n/a",
+                    f"{r['steps_per_s']:.2f}",
+                    f"{r['steps_per_s'] / mine['steps_per_s']:.2f}x" if mine else "n/a",
+                    extra,
+                    f"{r['driver_ms']:.1f} ms",
+                    f"{r['startup_s']:.1f} s",
+                    f"{100 * r['success']:.0f}%",
+                ]
+            )
+    finally:
+        ray.shutdown()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="14 rollouts per setting, not 28")
     parser.add_argument("--out", type=Path, help="replace this script's block in this file")
     parser.add_argument(
         "--workers", type=int, nargs="+", default=[1, 2, 4], help="concurrent contexts"
+    )
+    parser.add_argument(
+        "--ray", action="store_true", help="also run on 1, 2, 4 Ray actors (a local Ray)"
+    )
+    parser.add_argument(
+        "--actors", type=int, nargs="+", default=[1, 2, 4], help="Ray actor counts (--ray)"
     )
     args = parser.parse_args(argv)
     from replaystore.rollouts.browser import BrowserUnavailableError
@@ -192,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['overhead_ms']:.2f} ms/step (load now {os.getloadavg()[0]:.2f})",
                 flush=True,
             )
+        ray_rows = (
+            _ray_rows(args.actors, repeats, Path(tmp), {r["workers"]: r for r in rows})
+            if args.ray
+            else []
+        )
     load_after = _load()
     print(f"load average after: {load_after}")
     worst = max(r["overhead_ms"] for r in rows)
@@ -240,6 +346,30 @@ def main(argv: list[str] | None = None) -> int:
             for r in rows
         ],
     )
+    ray_table = markdown_table(
+        [
+            "actors (1 browser each)",
+            "in process, same browsers: steps/s",
+            "Ray: steps/s",
+            "Ray vs in process",
+            "Ray cost / step",
+            "driver / step",
+            "actors' startup",
+            "success",
+        ],
+        ray_rows,
+    )
+    ray_part = (
+        [
+            "",
+            "On Ray (a local Ray in this process; actors each launch their own Chromium and "
+            "serve the suite themselves):",
+            "",
+            ray_table,
+        ]
+        if ray_rows
+        else []
+    )
     verdict = (
         f"Target: collector overhead < {TARGET_OVERHEAD_MS:g} ms per step -> worst "
         f"{worst:.2f} ms: {'met' if met else 'NOT MET'}."
@@ -248,7 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     block = "\n".join(
         [
             BEGIN,
-            f"- Run: `python benchmarks/rollouts.py{' --quick' if args.quick else ''}`, "
+            f"- Run: `python benchmarks/rollouts.py{' --quick' if args.quick else ''}"
+            f"{' --ray' if args.ray else ''}`, "
             f"{time.perf_counter() - started:.0f} s, {when}.",
             f"- Machine: {machine_summary()}.",
             f"- Load average before: {load_before}; after: {load_after}.",
@@ -258,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
             "Per step, in ms (latency: capture start to PNG on disk; the rest are means):",
             "",
             table2,
+            *ray_part,
             "",
             verdict,
             END,

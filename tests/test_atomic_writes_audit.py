@@ -33,6 +33,10 @@ EXCEPTIONS: dict[tuple[str, str, str], str] = {
     ("transitions/storage.py", "TemporaryDirectory.__init__", "tempfile.mkdtemp"): (
         "a private scratch directory for an unnamed memory-mapped buffer, removed on close"
     ),
+    ("rollouts/ray_worker.py", "RolloutWorker.start", "tempfile.mkdtemp"): (
+        "a Ray rollout actor's private scratch directory (its screenshots until shipped to "
+        "the driver, which writes them atomically), removed when the actor stops"
+    ),
     ("pipeline/blocklist.py", "Blocklist._locked", "os.open(write)"): (
         "the lock file: created (mode 0o666 & ~umask) and opened for flock, never written"
     ),

@@ -15,7 +15,10 @@ environment's interpreter. They do what the loop relies on, in milliseconds:
   its reference answer (tasks from the JSONL file named by ``FAKE_TASKS``), and, when
   started with ``--enable-lora`` and ``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`` as vLLM
   requires, ``POST /v1/load_lora_adapter`` and ``/v1/unload_lora_adapter`` (a loaded
-  adapter is listed by ``/v1/models`` and answers chat requests under its name).
+  adapter is listed by ``/v1/models`` and answers chat requests under its name). With
+  ``VLLM_API_KEY`` in its environment (as vLLM) every request must carry
+  ``Authorization: Bearer KEY`` (else 401, recorded as ``"event": "unauthorized"``);
+  the key is recorded with the server's start, for tests that look for it.
 
 Every call appends JSON lines to ``<root>/calls.jsonl``: ``{"tool": "train",
 "event": "start", ...}`` when a training starts and ``{"tool": "train", "event":
@@ -145,8 +148,9 @@ def main():
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     args, rest = parser.parse_known_args(sys.argv[3:])
+    key = os.environ.get("VLLM_API_KEY")  # as vLLM: every /v1 request must carry it
     record(tool="serve", model=args.model, name=args.served_model_name, port=args.port,
-           extra=rest)
+           host=args.host, extra=rest, api_key=key)
     print(f"fake vLLM: serving {{args.model}} as {{args.served_model_name}}", flush=True)
     if os.environ.get("FAKE_SERVE_EXIT"):
         print("fake vLLM: exiting with status 3 as asked", flush=True)
@@ -159,6 +163,13 @@ def main():
     adapters = {{}}
 
     class Handler(BaseHTTPRequestHandler):
+        def refused(self):
+            if key is None or self.headers.get("Authorization") == "Bearer " + key:
+                return False
+            record(tool="serve", event="unauthorized", path=self.path)
+            self.send_error(401, "invalid API key")
+            return True
+
         def reply(self, body):
             data = json.dumps(body).encode("utf-8")
             self.send_response(200)
@@ -168,6 +179,8 @@ def main():
             self.wfile.write(data)
 
         def do_GET(self):
+            if self.refused():
+                return
             if self.path.rstrip("/") == "/v1/models":
                 data = [{{"id": i, "object": "model"}} for i in [name, *adapters]]
                 self.reply({{"object": "list", "data": data}})
@@ -175,6 +188,8 @@ def main():
                 self.send_error(404)
 
         def do_POST(self):
+            if self.refused():
+                return
             length = int(self.headers.get("Content-Length") or 0)
             request = json.loads(self.rfile.read(length) or b"{{}}")
             path = self.path.rstrip("/")

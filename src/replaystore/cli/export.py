@@ -253,9 +253,11 @@ def _print_files(report: Any) -> None:
     print(f"  dataset_info: {report.dataset_info_file} (entries: {', '.join(entries)})")
 
 
-def _export(args: argparse.Namespace, samples: list[Any], **which: str) -> Any:
-    """``export_llamafactory`` of ``samples`` with the command's output options; ``which``
-    is ``format=`` (SFT records) or ``kind=`` (KTO/DPO)."""
+def _export(
+    args: argparse.Namespace, samples: list[Any], *, format: Any = "sharegpt", kind: Any = "sft"
+) -> Any:
+    """``export_llamafactory`` of ``samples`` with the command's output options:
+    ``format`` the record layout (SFT), ``kind`` ``sft``, ``kto`` or ``dpo``."""
     from replaystore.trajectories.export import export_llamafactory
 
     return export_llamafactory(
@@ -268,5 +270,6 @@ def _export(args: argparse.Namespace, samples: list[Any], **which: str) -> Any:
         copy_images=args.copy_images,
         on_error=args.on_error,
         image_root=args.image_root,
-        **which,
+        format=format,
+        kind=kind,
     )

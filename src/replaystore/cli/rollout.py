@@ -16,7 +16,9 @@ DESCRIPTION = (
     "or --cdp URLs of running browsers) with a policy, evaluate the answers, and store the "
     "trajectories under OUT/storage (one file per iteration and rank). Anti-bot sites go "
     "to OUT/blocklist.jsonl, attempts to OUT/task_history.json. Ctrl-C stops and keeps "
-    "every finished trajectory. Needs the rollouts extra."
+    "every finished trajectory. With --ray ADDRESS the tasks run on a Ray cluster's actors "
+    "(each its own Chromium and local task server); this process stores what they send "
+    "back. Needs the rollouts extra (and ray for --ray)."
 )
 
 
@@ -88,6 +90,29 @@ def add_arguments(parser: Parser) -> None:
         help="requests in flight to the model server at once (default 8; --policy openai)",
     )
     parser.add_argument("--cdp", action="append", metavar="URL", help="CDP endpoint (repeatable)")
+    parser.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        help="run on a Ray cluster: auto, local (a Ray started here), HOST:PORT of the head "
+        "or ray://HOST:10001; every node needs replaystore[rollouts] and Chromium",
+    )
+    parser.add_argument(
+        "--actors",
+        type=int_at_least(1),
+        metavar="N",
+        help="Ray rollout actors, spread over the nodes (default 2; needs --ray)",
+    )
+    parser.add_argument(
+        "--browsers-per-actor",
+        type=int_at_least(1),
+        metavar="N",
+        help="browser contexts (tasks at once) per Ray actor (default 2; needs --ray)",
+    )
+    parser.add_argument(
+        "--placement",
+        choices=("spread", "pack"),
+        help="Ray actor placement: spread over nodes (default) or pack (needs --ray)",
+    )
     parser.add_argument("--out", required=True, help="run directory")
     parser.add_argument("--logger", choices=("none", "wandb", "tensorboard"), default="none")
 
@@ -103,6 +128,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--tasks miniwob:... needs --seeds (e.g. --seeds 1000-1049)")
     if args.seeds and not is_miniwob_spec(args.tasks):
         raise UsageError("--seeds is for MiniWoB++ tasks (--tasks miniwob:NAME,...)")
+    ray_only = ("--actors", args.actors), ("--browsers-per-actor", args.browsers_per_actor)
+    for flag, value in (*ray_only, ("--placement", args.placement)):
+        if value is not None and not args.ray:
+            raise UsageError(f"{flag} needs --ray ADDRESS")
+    if args.ray and args.cdp:
+        raise UsageError("--cdp and --ray exclude each other (Ray actors launch their browsers)")
     request_timeout = args.request_timeout or DEFAULT_REQUEST_TIMEOUT_S
     if request_timeout >= args.step_timeout:
         raise UsageError(
@@ -117,27 +148,16 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"replaystore rollout: {exc}", file=sys.stderr)
         return 2
+    if args.ray:
+        return _run_on_ray(args, request_timeout)
     try:
         result = asyncio.run(
             rollout(
                 args.tasks,
                 args.out,
-                policy=args.policy,
-                base_url=args.base_url,
-                model=args.model,
-                api_key=args.api_key,
                 workers=args.workers,
-                iteration=args.iteration,
-                rank=args.rank,
-                logger_backend=args.logger,
                 cdp_urls=args.cdp or None,
-                max_tasks=args.max_tasks,
-                seeds=args.seeds,
-                observation=args.observation,
-                request_timeout_s=request_timeout,
-                max_concurrency=args.max_concurrency,
-                step_timeout_s=args.step_timeout,
-                task_timeout_s=args.task_timeout,
+                **_rollout_options(args, request_timeout),
             )
         )
     except (BrowserUnavailableError, ImportError) as exc:  # no browser, or no miniwob package
@@ -146,6 +166,63 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # before the iteration started, or after its file was written
         print("interrupted (Ctrl-C)", file=sys.stderr)
         return 130
+    return _report(result, args)
+
+
+def _rollout_options(args: argparse.Namespace, request_timeout: float) -> dict[str, Any]:
+    """The options an iteration takes the same way in process and on Ray."""
+    return {
+        "policy": args.policy,
+        "base_url": args.base_url,
+        "model": args.model,
+        "api_key": args.api_key,
+        "iteration": args.iteration,
+        "rank": args.rank,
+        "logger_backend": args.logger,
+        "max_tasks": args.max_tasks,
+        "seeds": args.seeds,
+        "observation": args.observation,
+        "request_timeout_s": request_timeout,
+        "max_concurrency": args.max_concurrency,
+        "step_timeout_s": args.step_timeout,
+        "task_timeout_s": args.task_timeout,
+    }
+
+
+def _run_on_ray(args: argparse.Namespace, request_timeout: float) -> int:
+    """``--ray``: the iteration on the cluster's actors; its exit status."""
+    from replaystore.rollouts.ray_rollout import RayOptions
+    from replaystore.rollouts.runner import rollout_on_ray
+
+    options = RayOptions(
+        address=args.ray,
+        actors=args.actors or 2,
+        browsers_per_actor=args.browsers_per_actor or 2,
+        placement=args.placement or "spread",
+    )
+    try:
+        result = rollout_on_ray(
+            args.tasks, args.out, ray=options, **_rollout_options(args, request_timeout)
+        )
+    except ImportError as exc:  # no ray
+        print(f"replaystore rollout: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # before the actors started
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    status = _report(result, args)
+    r = result.ray
+    lost = f", lost: {', '.join(r['lost_actors'])}" if r.get("lost_actors") else ""
+    print(
+        f"ray: {len(r.get('actors', {}))} actors on {r.get('nodes', 0)} node(s), "
+        f"{r.get('reassigned', 0)} tasks reassigned, {r.get('duplicates', 0)} duplicates "
+        f"dropped{lost}"
+    )
+    return status
+
+
+def _report(result: Any, args: argparse.Namespace) -> int:
+    """Print an iteration's outcome; its exit status."""
     if result.model_server_error is not None:
         return _rollout_server_failure(result)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.status_counts().items()))

@@ -80,6 +80,20 @@ DEFAULTS: dict[str, Any] = {
         # Port of the local website suite (0: a free port, then kept for the whole run,
         # so prompts, which show URLs, stay the same from one iteration to the next).
         "suite_port": 0,
+        # Roll out on Ray actors (address null: in this process). Each actor runs its
+        # own Chromium and serves the suite or the MiniWoB++ pages itself (its own port
+        # shows in its trajectories' URLs); the loop stores what they send back. Every
+        # node needs replaystore[rollouts] and Chromium. See docs/rollouts.md.
+        "ray": {
+            # "auto", "local", HOST:PORT of the head, or ray://HOST:10001.
+            "address": None,
+            "actors": 2,
+            "browsers_per_actor": 2,
+            # "spread" over the nodes or "pack"; resources: custom Ray resources each
+            # actor needs ({"browser_node": 1}).
+            "placement": "spread",
+            "resources": {},
+        },
     },
     "bootstrap": {
         # Iteration 0's data: "scripted" (the suite's scripted expert), a path to an
@@ -211,6 +225,7 @@ RESUMABLE_KEYS = frozenset(
         "rollout.step_timeout_s",
         "rollout.task_timeout_s",
         "rollout.settle_s",
+        "rollout.ray",
         "train.final",
         "train.command",
         "train.env",
@@ -283,7 +298,7 @@ def _merge(defaults: Mapping[str, Any], given: Mapping[str, Any], where: str) ->
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"unknown key {where}{key!r}{hint}; see docs/loop.md")
         default = defaults[key]
-        free_form = key in ("overrides", "env", "max_steps", "tiny")
+        free_form = key in ("overrides", "env", "max_steps", "tiny", "resources")
         if isinstance(default, dict) and not free_form:
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{where}{key} must be a mapping, got {value!r}")
@@ -484,6 +499,16 @@ class LoopConfig:
             raise ConfigError(f"rollout.viewport must be [width, height], got {viewport!r}")
         if not isinstance(r["cdp"], list) or not all(isinstance(u, str) for u in r["cdp"]):
             raise ConfigError(f"rollout.cdp must be a list of URLs, got {r['cdp']!r}")
+        if r["ray"]["address"] is not None:
+            from replaystore.rollouts.ray_rollout import RayOptions
+
+            if not isinstance(r["ray"]["address"], str):
+                raise ConfigError(
+                    f"rollout.ray.address must be a string, got {r['ray']['address']!r}"
+                )
+            if r["cdp"]:
+                raise ConfigError("rollout.cdp and rollout.ray exclude each other")
+            RayOptions.from_mapping(r["ray"])
 
     def _check_bootstrap(self) -> None:
         """The ``bootstrap`` and ``prompt`` keys."""

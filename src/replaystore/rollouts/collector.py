@@ -90,6 +90,7 @@ from replaystore.trajectories.storage import TrajectoryStorage
 from . import miniwob
 from .actions import NavigationWatcher, execute_action, parse_action
 from .browser import BrowserPool, page_snapshot
+from .experiment_logger import log_result
 from .outcomes import (
     DEFAULT_MAX_STEPS,
     FINISHED_STATUSES,
@@ -622,6 +623,32 @@ class RolloutCollector:
         await self._report(it, result)
         return result
 
+    async def run_task(
+        self,
+        task: Task | Mapping[str, Any],
+        iteration: int,
+        *,
+        rank: int = 0,
+        index: int = 0,
+        timings: dict[str, float] | None = None,
+    ) -> TaskOutcome:
+        """Roll out one task and return its outcome, storing nothing (a Ray rollout actor
+        runs this; its driver stores). Failures are the outcome's status and ``error``, as
+        in :meth:`run_iteration`; screenshots go to ``<index>_<task id>`` under
+        :func:`screenshot_folder` (``iteration``, ``rank``). ``timings``: this task's step
+        timings are added to it. Cancelling the call cuts the task (nothing returned)."""
+        todo = Task.from_dict(task)
+        self.max_steps(todo)  # a bad difficulty fails before any browser work
+        it = _Iteration(int(iteration), int(rank), [todo], _Progress(0, False))
+        it.base = screenshot_folder(self.screenshot_root, it.number, it.rank)
+        try:
+            await self._attempt(it, index, todo)
+        finally:
+            for key, value in it.timings.items():
+                if timings is not None:
+                    timings[key] = timings.get(key, 0.0) + value
+        return it.outcomes[index]
+
     def _start_workers(self, it: _Iteration) -> None:
         """One asyncio task per worker (at most one per task)."""
         it.queue = list(enumerate(it.todo))
@@ -839,20 +866,9 @@ class RolloutCollector:
             result.steps_per_second,
             " (interrupted)" if result.interrupted else "",
         )
-        trajectories = [] if result.text_only_model else result.trajectories
-        if self.logger is not None and trajectories:
+        if self.logger is not None:
             # A backend may write event files or upload (W&B): not on the event loop.
-            await asyncio.to_thread(
-                self.logger.log_iteration,
-                result.iteration,
-                trajectories,
-                blocked_sites=result.blocked_sites,
-                throughput={
-                    "steps_per_second": result.steps_per_second,
-                    "seconds": result.seconds,
-                    "overhead_ms_per_step": 1000 * it.timings["overhead"] / max(1, result.steps),
-                },
-            )
+            await asyncio.to_thread(log_result, self.logger, result)
 
 
 class _Iteration:

@@ -47,7 +47,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -55,7 +55,10 @@ from replaystore.errors import ConfigError
 from replaystore.pipeline.blocklist import normalize_domain
 from replaystore.redaction import redact_data
 
-__all__ = ["BACKENDS", "ExperimentLogger", "iteration_metrics"]
+if TYPE_CHECKING:
+    from .outcomes import IterationResult
+
+__all__ = ["BACKENDS", "ExperimentLogger", "iteration_metrics", "log_result"]
 
 logger = logging.getLogger("replaystore.rollouts.experiment_logger")
 
@@ -414,3 +417,24 @@ class ExperimentLogger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def log_result(logger: Any, result: IterationResult) -> dict[str, float] | None:
+    """``logger.log_iteration`` (an :class:`ExperimentLogger`, or any object with that
+    method) of a finished rollout iteration, in process or on Ray: its stored
+    trajectories, the sites blocked during it and its throughput (steps per second,
+    seconds, and the collector's overhead per step where it was timed). None, and nothing
+    logged, when it stored no trajectory (a text-only model's refusal)."""
+    trajectories = [] if result.text_only_model else result.trajectories
+    if not trajectories:
+        return None
+    throughput = {"steps_per_second": result.steps_per_second, "seconds": result.seconds}
+    if "overhead" in result.timings:
+        overhead = result.timings["overhead"]
+        throughput["overhead_ms_per_step"] = 1000 * overhead / max(1, result.steps)
+    return logger.log_iteration(
+        result.iteration,
+        trajectories,
+        blocked_sites=result.blocked_sites,
+        throughput=throughput,
+    )

@@ -190,6 +190,13 @@ class IterationResult:
         blocklist_skipped: tasks left out before the iteration because their site
             is on the blocklist, per blocked site (set by
             :func:`~replaystore.rollouts.runner.rollout`; empty otherwise).
+        ray: what the cluster did in a Ray rollout
+            (:func:`~replaystore.rollouts.ray_rollout.ray_rollout`): ``actors`` (name ->
+            host, node, tasks kept), ``nodes``, ``startup_s`` (starting the actors and
+            their browsers, not in ``seconds``), ``driver_s`` (the driver's time unpacking
+            results and writing their screenshots), ``duplicates`` (results of a task
+            already done, dropped), ``reassigned`` (tasks handed on by a lost actor),
+            ``lost_actors``; empty for an in-process run.
     """
 
     iteration: int
@@ -204,6 +211,7 @@ class IterationResult:
     timings: dict[str, float] = field(default_factory=dict)
     model_server_error: str | None = None
     blocklist_skipped: dict[str, int] = field(default_factory=dict)
+    ray: dict[str, Any] = field(default_factory=dict)
 
     @property
     def text_only_model(self) -> bool:

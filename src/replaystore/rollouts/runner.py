@@ -8,6 +8,10 @@ optional experiment logger. ``observation`` chooses what the model is shown:
 ``"screenshot"`` (screenshot, accessibility tree and URL) or ``"text"``
 (accessibility tree and URL, for a text-only model); screenshots are taken and
 stored in both modes.
+
+:func:`rollout_on_ray` is the same iteration spread over a Ray cluster's actors
+(:mod:`~replaystore.rollouts.ray_rollout`): each actor serves the suite or the
+MiniWoB++ pages and runs Chromium itself; the driver stores the trajectories.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from replaystore.errors import ConfigError, SchemaError
 
-__all__ = ["SUITE", "rollout"]
+__all__ = ["SUITE", "rollout", "rollout_on_ray"]
 
 #: The ``tasks`` value that means "the bundled local website suite".
 SUITE = "suite"
@@ -179,6 +183,111 @@ async def rollout(
             if run_dir.experiment is not None:
                 await asyncio.to_thread(run_dir.experiment.close)
     await asyncio.to_thread(run_dir.history.save, run_dir.history_file)
+    result.blocklist_skipped = skipped
+    return result
+
+
+def rollout_on_ray(
+    tasks: str | Path,
+    out: str | Path,
+    *,
+    ray: Any,
+    policy: str = "scripted",
+    base_url: str | None = None,
+    model: str | None = None,
+    api_key: str | None = None,
+    iteration: int | None = None,
+    rank: int = 0,
+    logger_backend: str = "none",
+    max_tasks: int | None = None,
+    seeds: str | Sequence[int] | None = None,
+    observation: str = "screenshot",
+    request_timeout_s: float | None = None,
+    max_concurrency: int = 8,
+    **collector_options: Any,
+) -> Any:
+    """:func:`rollout` on Ray actors (synchronous: call it from the main thread, so that
+    Ctrl-C stops the actors and keeps the finished trajectories).
+
+    Args:
+        ray: a :class:`~.ray_rollout.RayOptions` (the cluster, actors, browsers per
+            actor, placement); the other arguments are :func:`rollout`'s (``tasks``:
+            a task file, ``"suite"`` or ``"miniwob:..."``, served by each actor).
+
+    Returns:
+        The :class:`~.outcomes.IterationResult`; its ``ray`` says what the cluster did.
+
+    Raises:
+        ConfigError: as :func:`rollout`; the cluster cannot be reached.
+        NoActorsLeftError: no actor started, or every actor was lost.
+    """
+    from replaystore.pipeline.task_sampler import load_tasks
+
+    from .experiment_logger import log_result
+    from .miniwob import is_miniwob_spec, miniwob_tasks
+    from .ray_rollout import ray_rollout
+    from .ray_worker import worker_spec
+    from .sites import TASKS_FILE
+
+    if max_tasks is not None and (
+        isinstance(max_tasks, bool) or not isinstance(max_tasks, int) or max_tasks < 1
+    ):
+        raise ConfigError(f"max_tasks must be an integer >= 1, got {max_tasks!r}")
+    on_miniwob = is_miniwob_spec(str(tasks))
+    if on_miniwob and seeds is None:
+        raise ConfigError("MiniWoB++ tasks need seeds (e.g. seeds='1000-1049')")
+    if seeds is not None and not on_miniwob:
+        raise ConfigError("seeds are for MiniWoB++ tasks (tasks='miniwob:NAME,...')")
+    chat: dict[str, Any] = {}
+    if policy == "scripted":
+        chosen = "miniwob_expert" if on_miniwob else "scripted"
+    elif policy == "openai":
+        if not base_url or not model:
+            raise ConfigError("--policy openai needs --base-url and --model")
+        chosen = "openai"
+        chat = {"base_url": base_url, "model": model, "max_concurrency": max_concurrency}
+        if request_timeout_s is not None:
+            chat["timeout_s"] = request_timeout_s
+        if api_key is not None:
+            chat["api_key"] = api_key
+    else:
+        raise ConfigError(f"unknown policy {policy!r}; use scripted or openai")
+    serve = "suite" if str(tasks) == SUITE else "miniwob" if on_miniwob else None
+    spec = worker_spec(
+        policy=chosen,
+        serve=serve,
+        browsers=ray.browsers_per_actor,
+        observation=observation,
+        openai=chat,
+        collector=collector_options,
+    )
+    run_dir = _open_run_directory(Path(out), iteration, logger_backend, rank)
+    if serve == "suite":
+        task_list = load_tasks(TASKS_FILE)  # no port: each actor puts its own in
+    elif on_miniwob:
+        task_list = miniwob_tasks(str(tasks), seeds, "http://127.0.0.1")  # type: ignore[arg-type]
+    else:
+        task_list = load_tasks(tasks)
+        if not task_list:
+            raise SchemaError(f"{tasks}: the task file holds no task")
+    task_list, skipped = _leave_out_blocked(task_list, run_dir.blocklist, max_tasks)
+    try:
+        result = ray_rollout(
+            task_list,
+            run_dir.storage,
+            run_dir.number,
+            spec=spec,
+            options=ray,
+            rank=rank,
+            blocklist=run_dir.blocklist,
+            task_history=run_dir.history,
+        )
+        if run_dir.experiment is not None:
+            log_result(run_dir.experiment, result)
+    finally:
+        if run_dir.experiment is not None:
+            run_dir.experiment.close()
+    run_dir.history.save(run_dir.history_file)
     result.blocklist_skipped = skipped
     return result
 

@@ -12,8 +12,8 @@ indexed or SQL versions.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -22,7 +22,14 @@ from replaystore.experience.query import Condition
 from replaystore.experience.rows import DataRow
 from replaystore.sampling import SeedLike, as_generator
 
-__all__ = ["Eviction", "Storage", "check_capacity", "check_count", "check_page"]
+__all__ = [
+    "Eviction",
+    "PicklesSettings",
+    "Storage",
+    "check_capacity",
+    "check_count",
+    "check_page",
+]
 
 Eviction = Literal["task", "row"]
 
@@ -148,3 +155,26 @@ class Storage(ABC):
 
     def __len__(self) -> int:
         return self.size()
+
+
+class PicklesSettings:
+    """Pickling for a storage that holds connections, locks or caches: a pickle keeps
+    only its settings (the attributes named in ``_pickled``, in that order), and the
+    unpickled copy rebuilds the rest with :meth:`_reset_local`, reconnecting on use.
+
+    ``_pickle_defaults`` gives the settings that a pickle from an older version lacks.
+    """
+
+    _pickled: ClassVar[tuple[str, ...]] = ()
+    _pickle_defaults: ClassVar[Mapping[str, Any]] = {}
+
+    def _reset_local(self) -> None:
+        """Set this process's connections, locks and caches from the settings."""
+        raise NotImplementedError
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._pickled}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({**self._pickle_defaults, **state})
+        self._reset_local()

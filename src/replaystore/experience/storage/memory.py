@@ -460,6 +460,28 @@ def _encode(row: Any, where: str) -> tuple[DataRow, DataRow]:
     return snapshot, _given_row(row, snapshot, encoded.payload_json)
 
 
+def _listed_batch(data_batch: Any, where: str | None) -> Any:
+    """``data_batch`` read once into a list (validated, then kept); a single row or
+    None raises the :class:`SchemaError` of :func:`encode_batch` that names it."""
+    batch: Any = data_batch
+    if isinstance(batch, Iterable) and not isinstance(batch, Mapping):
+        batch = list(batch)
+    if batch is None or isinstance(batch, DataRow | Mapping):
+        encode_batch(batch, where)
+    return batch
+
+
+def _check_new_ids(ids: set[str], new_ids: list[str]) -> None:
+    """Raise :class:`SchemaError` naming the first of ``new_ids`` already in ``ids``
+    or repeated in ``new_ids`` (one set test when there is none)."""
+    if not ids.isdisjoint(new_ids) or len(set(new_ids)) < len(new_ids):
+        seen: set[str] = set()
+        for row_id in new_ids:
+            if row_id in ids or row_id in seen:
+                raise SchemaError(f"row id {row_id!r} is already stored")
+            seen.add(row_id)
+
+
 class InMemoryStorage(Storage):
     """Rows in this process's memory: the fastest storage, for one process.
 
@@ -587,11 +609,7 @@ class InMemoryStorage(Storage):
         if self._snapshot:
             self._add_batch_snapshot(data_batch, _where=_where)
             return
-        batch: Any = data_batch
-        if isinstance(batch, Iterable) and not isinstance(batch, Mapping):
-            batch = list(batch)  # read once: validated, then kept
-        if batch is None or isinstance(batch, DataRow | Mapping):
-            encode_batch(batch, _where)  # raises the error that names it
+        batch = _listed_batch(data_batch, _where)
         check = ENCODE_KERNELS[1]
         if check is None:
             ok = [False] * len(batch)
@@ -604,14 +622,7 @@ class InMemoryStorage(Storage):
             ]
         with self._lock:
             index = self._index
-            ids = index.ids
-            new_ids = [row.id for row in batch]
-            if not ids.isdisjoint(new_ids) or len(set(new_ids)) < len(new_ids):
-                seen: set[str] = set()
-                for row_id in new_ids:  # name the first one
-                    if row_id in ids or row_id in seen:
-                        raise SchemaError(f"row id {row_id!r} is already stored")
-                    seen.add(row_id)
+            _check_new_ids(index.ids, [row.id for row in batch])
             seq = self._next_seq
             insert = index.insert
             for row in batch:
@@ -669,11 +680,7 @@ class InMemoryStorage(Storage):
                     del self._given[old]
 
     def _add_batch_snapshot(self, data_batch: Sequence[DataRow], *, _where: str | None) -> None:
-        batch: Any = data_batch
-        if isinstance(batch, Iterable) and not isinstance(batch, Mapping):
-            batch = list(batch)  # read once: validated, then kept
-        if batch is None or isinstance(batch, DataRow | Mapping):
-            encode_batch(batch, _where)  # raises the error that names it
+        batch = _listed_batch(data_batch, _where)
         snapshots = []
         given = []
         where = _where or "data_batch"
@@ -695,14 +702,7 @@ class InMemoryStorage(Storage):
                 given.append(mine)
         with self._lock:
             index = self._index
-            ids = index.ids
-            new_ids = [snapshot.id for snapshot in snapshots]
-            if not ids.isdisjoint(new_ids) or len(set(new_ids)) < len(new_ids):
-                seen: set[str] = set()
-                for row_id in new_ids:  # name the first one
-                    if row_id in ids or row_id in seen:
-                        raise SchemaError(f"row id {row_id!r} is already stored")
-                    seen.add(row_id)
+            _check_new_ids(index.ids, [snapshot.id for snapshot in snapshots])
             seq = self._next_seq
             stored = self._given
             insert = index.insert

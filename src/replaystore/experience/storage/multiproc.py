@@ -57,7 +57,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from replaystore.errors import SchemaError, StorageError
 from replaystore.experience.decoding import FieldDecoders, as_decoders
@@ -66,6 +66,7 @@ from replaystore.experience.rows import DataRow, ExpMeta, decode_experiences, en
 from replaystore.experience.storage._fork import fork_check_lock
 from replaystore.experience.storage.base import (
     Eviction,
+    PicklesSettings,
     Storage,
     check_capacity,
     check_count,
@@ -105,7 +106,7 @@ def _process_alive(pid: int) -> bool:
 _COMPACT_MIN = 64  # dead log entries tolerated before trimming the log's front
 
 
-class MultiProcMemoryStorage(Storage):
+class MultiProcMemoryStorage(PicklesSettings, Storage):
     """Rows shared by processes through a ``multiprocessing.Manager``.
 
     Args:
@@ -132,6 +133,10 @@ class MultiProcMemoryStorage(Storage):
         ConfigError: a bad ``max_capacity``, ``eviction`` or ``decoders``.
     """
 
+    # The manager's proxies cross processes; the replayed index is rebuilt per process.
+    _pickled = ("max_capacity", "eviction", "decoders", "_data", "_log", "_lock")
+    _pickle_defaults: ClassVar[Mapping[str, Any]] = {"decoders": None}
+
     def __init__(
         self,
         data_dict: Any,
@@ -147,21 +152,6 @@ class MultiProcMemoryStorage(Storage):
         self._data = data_dict
         self._log = fifo_queue
         self._lock = lock
-        self._reset_local()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "max_capacity": self.max_capacity,
-            "eviction": self.eviction,
-            "decoders": self.decoders,
-            "_data": self._data,
-            "_log": self._log,
-            "_lock": self._lock,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.__dict__.setdefault("decoders", None)
         self._reset_local()
 
     def _reset_local(self) -> None:

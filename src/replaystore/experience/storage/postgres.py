@@ -54,6 +54,7 @@ from replaystore.experience.rows import META_FIELDS, DataRow, decode_row, encode
 from replaystore.experience.storage._fork import fork_check_lock
 from replaystore.experience.storage.base import (
     Eviction,
+    PicklesSettings,
     Storage,
     check_capacity,
     check_count,
@@ -145,7 +146,7 @@ def _lock_key(name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-class PostgresStorage(Storage):
+class PostgresStorage(PicklesSettings, Storage):
     """Rows in a PostgreSQL database, safe for many writer and reader processes on many machines.
 
     Args:
@@ -173,6 +174,17 @@ class PostgresStorage(Storage):
         ConfigError: a bad ``max_capacity``, ``eviction``, ``schema`` or ``decoders``,
             or psycopg is not installed (``pip install 'replaystore[postgres]'``).
     """
+
+    # Connections do not cross processes: a pickled storage reconnects on use.
+    _pickled = (
+        "conninfo",
+        "schema",
+        "max_capacity",
+        "eviction",
+        "pool_size",
+        "timeout",
+        "decoders",
+    )
 
     def __init__(
         self,
@@ -205,10 +217,10 @@ class PostgresStorage(Storage):
         self.schema = schema
         self.pool_size = pool_size
         self.timeout = float(timeout)
-        self._setup()
+        self._reset_local()
         self._create_tables()
 
-    def _setup(self) -> None:
+    def _reset_local(self) -> None:
         s = sql.Identifier(self.schema).as_string(None)  # quoted, validated above
         self._s = s
         self._lock = _lock_key(f"replaystore.experience:{self.schema}")
@@ -223,22 +235,6 @@ class PostgresStorage(Storage):
         )
 
     # ------------------------------------------------------------------ connection
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Connections do not cross processes: a pickled storage reconnects on use.
-        return {
-            "conninfo": self.conninfo,
-            "schema": self.schema,
-            "max_capacity": self.max_capacity,
-            "eviction": self.eviction,
-            "pool_size": self.pool_size,
-            "timeout": self.timeout,
-            "decoders": self.decoders,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._setup()
 
     def _get_pool(self) -> ConnectionPool:
         if self._pid != os.getpid():  # forked: leave the parent's connections alone

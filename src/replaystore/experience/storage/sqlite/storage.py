@@ -21,7 +21,7 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,6 +40,7 @@ from replaystore.experience.rows import (
 from replaystore.experience.storage._fork import fork_check_lock
 from replaystore.experience.storage.base import (
     Eviction,
+    PicklesSettings,
     Storage,
     check_capacity,
     check_count,
@@ -129,7 +130,7 @@ def _create_file(path: Path) -> None:
         raise StorageError(f"cannot create SQLite store {path}: {exc}") from exc
 
 
-class SqliteStorage(Storage):
+class SqliteStorage(PicklesSettings, Storage):
     """Rows in one SQLite file, safe for many writer and reader processes.
 
     Args:
@@ -166,6 +167,10 @@ class SqliteStorage(Storage):
         ConfigError: a bad ``max_capacity``, ``eviction``, ``decoders`` or ``synchronous``.
     """
 
+    # Connections do not cross processes: a pickled storage reconnects on use.
+    _pickled = ("path", "max_capacity", "eviction", "timeout", "decoders", "synchronous")
+    _pickle_defaults: ClassVar[Mapping[str, Any]] = {"decoders": None, "synchronous": "NORMAL"}
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -185,6 +190,14 @@ class SqliteStorage(Storage):
         # open this file whatever the working directory is by then.
         self.path = Path(path).absolute()
         self.timeout = float(timeout)
+        self._reset_local()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _create_file(self.path)
+        self._connect()
+
+    # ------------------------------------------------------------------ connection
+
+    def _reset_local(self) -> None:
         self._conn: sqlite3.Connection | None = None
         self._checkpointer: Checkpointer | None = None
         self._wal = False
@@ -193,34 +206,6 @@ class SqliteStorage(Storage):
         # data_version _booked_version.
         self._booked: set[tuple[str, str | None, str | None]] = set()
         self._booked_version: int | None = None
-        self._pid = os.getpid()
-        self._lock = threading.RLock()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        _create_file(self.path)
-        self._connect()
-
-    # ------------------------------------------------------------------ connection
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Connections do not cross processes: a pickled storage reconnects on use.
-        return {
-            "path": self.path,
-            "max_capacity": self.max_capacity,
-            "eviction": self.eviction,
-            "timeout": self.timeout,
-            "decoders": self.decoders,
-            "synchronous": self.synchronous,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.__dict__.setdefault("decoders", None)
-        self.__dict__.setdefault("synchronous", "NORMAL")
-        self._conn = None
-        self._checkpointer = None
-        self._wal = False
-        self._booked = set()
-        self._booked_version = None
         self._pid = os.getpid()
         self._lock = threading.RLock()
 

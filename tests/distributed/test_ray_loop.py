@@ -1,0 +1,54 @@
+"""The loop with ``rollout.ray``: its rollouts run on Ray actors (a Ray the loop starts,
+``address: local``), the model served beyond localhost behind the generated key, which
+the actors carry and no file of the run holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import replaystore.rollouts.sites
+from loop.fake_tools import loop_command, make_fake_model, make_fake_tools, read_calls
+from loop.test_failures import demonstrations
+
+pytestmark = pytest.mark.slow
+
+SUITE_TASKS = Path(replaystore.rollouts.sites.__file__).parent / "tasks.jsonl"
+
+
+def test_the_loop_rolls_out_on_ray_actors_with_the_servers_key(
+    tmp_path: Path, chromium: str | None
+) -> None:
+    config = {
+        "out": "run",
+        "iterations": 2,
+        "tasks_per_iteration": 3,
+        "tools_dir": str(make_fake_tools(tmp_path)),
+        "bootstrap": {"source": "demos"},
+        "model": {"path": "base", "evaluate_untrained": False},
+        "serve": {"host": "0.0.0.0", "startup_timeout_s": 30.0},
+        "policy": {"max_retries": 0},
+        "rollout": {"ray": {"address": "local", "actors": 2, "browsers_per_actor": 1}},
+        "train": {"final": False},
+    }
+    demonstrations(tmp_path)
+    make_fake_model(tmp_path / "base")
+    env = {"FAKE_TASKS": str(SUITE_TASKS), "RAY_AUTH_MODE": "disabled"}
+    result = loop_command(tmp_path, config, env=env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert [row["policy"] for row in summary["iterations"]] == ["demonstrations", "model"]
+    files = sorted((run / "storage").glob("iteration_000002*.jsonl"))
+    assert files, "iteration 1 was not stored"
+    with files[0].open("rb") as handle:
+        header = json.loads(handle.readline())
+    assert "replaystore.rollouts.ray" in json.dumps(header), header
+    calls = read_calls(tmp_path)
+    (key,) = {c["api_key"] for c in calls if c["tool"] == "serve" and c.get("api_key")}
+    assert not [c for c in calls if c.get("event") == "unauthorized"]
+    holding = [str(p) for p in run.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]
+    assert holding == []
+    assert key not in result.stdout + result.stderr
