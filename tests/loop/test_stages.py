@@ -154,3 +154,40 @@ def test_train_without_data_fails_saying_why(tmp_path: Path) -> None:
     with pytest.raises(LoopStageError, match="no successful trajectory to train on yet"):
         run_stage(ctx, TrainStage(0, has_data=False))
     assert ctx.journal.done(0, "train") is None
+
+
+def test_the_model_stage_adds_the_page_vocabulary_to_the_tokenizer_corpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On MiniWoB++ the tiny model's tokenizer also trains on the pages' words (each one a
+    line, REPEATS times, in ``model/vocabulary.txt``), so a name is one token."""
+    from replaystore.loop.stages import model
+
+    ctx, lines = _context(tmp_path)
+    ctx.tools = cast(Any, type("Tools", (), {"train_python": Path("/nowhere/python")}))
+    seen: dict[str, Any] = {}
+
+    def fake_make(python: Path, out: Path, *, corpus: list[Path], **kwargs: Any) -> dict[str, Any]:
+        seen["corpus"] = list(corpus)
+        seen["text"] = {p.name: p.read_text(encoding="utf-8") for p in corpus}
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "model.safetensors").write_bytes(b"weights")
+        return {"layers": 2, "hidden": 64, "vocab_size": 512, "parameters": 1}
+
+    monkeypatch.setattr(model, "make_tiny_model", fake_make)
+    monkeypatch.setattr(model, "checkpoint_weights", lambda path: True)
+    dataset = tmp_path / "webagent.json"
+    dataset.write_text("[]", encoding="utf-8")
+    run_stage(ctx, model.ModelStage(0, corpus=[dataset], vocabulary=["Agustina", "ipsum"]))
+
+    assert [p.name for p in seen["corpus"]] == ["webagent.json", "vocabulary.txt"]
+    words = seen["text"]["vocabulary.txt"].splitlines()
+    assert words == ["Agustina"] * model.ModelStage.REPEATS + ["ipsum"] * model.ModelStage.REPEATS
+    assert (ctx.paths.out / "model" / "vocabulary.txt").is_file()  # renamed with the model
+    assert "and 2 page words" in lines[-1]
+
+    seen.clear()
+    ctx2, _ = _context(tmp_path / "plain")
+    ctx2.tools = ctx.tools
+    run_stage(ctx2, model.ModelStage(0, corpus=[dataset]))
+    assert [p.name for p in seen["corpus"]] == ["webagent.json"]  # no vocabulary: none added

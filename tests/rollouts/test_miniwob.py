@@ -82,6 +82,28 @@ def test_task_names_are_checked_against_the_package() -> None:
         miniwob.parse_task_names("miniwob:")
 
 
+def test_the_page_vocabulary_is_the_word_lists_of_the_pages_once_each(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    words = miniwob.page_vocabulary()
+    assert len(words) == len(set(words)) > 200
+    assert {"Agustina", "Jerald", "magenta", "ipsum", "amet"} <= set(words)
+    assert not any(w.endswith(",") or not w for w in words)  # "amet," is "amet"
+    # The package's own lists, read from its ui_utils.js, in the file's order.
+    root = tmp_path / "html"
+    (root / "common").mkdir(parents=True)
+    (root / "common" / "ui_utils.js").write_text(
+        "ui_utils.FIFTY_NAMES = ['Kenda','Joye'];\nui_utils.COLORS = ['red'];\n"
+        'ui_utils.lorem_words = [\n  "lorem", "amet,", "Kenda"];\n',
+        encoding="utf-8",
+    )
+    monkeypatch.setattr(miniwob, "html_root", lambda: root)
+    assert miniwob.page_vocabulary() == ["Kenda", "Joye", "red", "lorem", "amet"]
+    (root / "common" / "ui_utils.js").write_text("ui_utils.COLORS = ['red'];", encoding="utf-8")
+    with pytest.raises(RuntimeError, match=r"no ui_utils\.FIFTY_NAMES"):
+        miniwob.page_vocabulary()
+
+
 def test_a_task_is_a_name_and_a_seed_and_its_id_has_no_port(
     server: miniwob.MiniWoBServer,
 ) -> None:

@@ -356,7 +356,7 @@ class LoopRunner:
         ctx.journal.save()
         builds_model = k == 0 and cfg["model"]["path"] is None
         if builds_model and not demos:
-            run_stage(ctx, ModelStage(0, corpus=[]))
+            run_stage(ctx, ModelStage(0, corpus=[], vocabulary=_page_vocabulary(cfg)))
 
         tasks = run_stage(ctx, SampleStage(k, tasks_file))
         run_stage(ctx, RolloutStage(k, tasks, acting))
@@ -367,7 +367,11 @@ class LoopRunner:
         has_data = run_stage(ctx, ExportStage(k))
         if builds_model and demos:
             corpus = [self.paths.iteration_dir(0) / "dataset" / f"{DATASET_NAME}.json"]
-            run_stage(ctx, ModelStage(0, corpus=[p for p in corpus if p.exists()]))
+            vocabulary = _page_vocabulary(cfg)
+            run_stage(
+                ctx,
+                ModelStage(0, corpus=[p for p in corpus if p.exists()], vocabulary=vocabulary),
+            )
         if k == 0 and cfg["model"]["evaluate_untrained"]:
             run_stage(ctx, BaselineStage(tasks))
         if not last or cfg["train"]["final"]:
@@ -518,3 +522,13 @@ def run_loop(
     See :class:`LoopRunner` for what it raises.
     """
     return LoopRunner(config, resume=resume, report=report, progress=progress).run(iterations)
+
+
+def _page_vocabulary(config: LoopConfig) -> list[str]:
+    """The words the tiny model's tokenizer learns besides iteration 0's data: MiniWoB++'s
+    word lists on a MiniWoB++ run (:class:`~.stages.model.ModelStage`), else none."""
+    if not config.on_miniwob:
+        return []
+    from replaystore.rollouts.miniwob import page_vocabulary
+
+    return page_vocabulary()

@@ -115,6 +115,37 @@ def html_root() -> Path:
     return root
 
 
+#: The word lists of MiniWoB++'s ``common/ui_utils.js`` that the pages draw names, labels
+#: and link texts from (``PEOPLE_NAMES``, thousands of names, is left out: the tiny
+#: tokenizers this vocabulary is for have 1-2k tokens).
+VOCABULARY_LISTS = ("FIFTY_NAMES", "COLORS", "lorem_words")
+_JS_LIST = re.compile(r"ui_utils\.(\w+)\s*=\s*\[(.*?)\];", re.S)
+_JS_STRING = re.compile(r"'([^'\\]*)'" + r'|"([^"\\]*)"')
+
+
+def page_vocabulary() -> list[str]:
+    """The words MiniWoB++'s pages draw their names and labels from (the
+    :data:`VOCABULARY_LISTS` of the installed package's ``common/ui_utils.js``), each once,
+    in the file's order, trailing commas dropped. The environment's lexicon, not any
+    episode: no goal, seed or answer is in it.
+
+    Raises:
+        ImportError: the miniwob package is missing.
+        RuntimeError: ``ui_utils.js`` no longer defines one of the lists.
+    """
+    source = (html_root() / "common" / "ui_utils.js").read_text(encoding="utf-8")
+    lists = {m.group(1): m.group(2) for m in _JS_LIST.finditer(source)}
+    words: dict[str, None] = {}
+    for name in VOCABULARY_LISTS:
+        if name not in lists:
+            raise RuntimeError(f"{html_root()}/common/ui_utils.js defines no ui_utils.{name}")
+        for single, double in _JS_STRING.findall(lists[name]):
+            word = (single or double).strip().rstrip(",")
+            if word:
+                words.setdefault(word, None)
+    return list(words)
+
+
 def available_tasks() -> list[str]:
     """The names of every MiniWoB++ task the installed package ships (sorted)."""
     return sorted(p.stem for p in (html_root() / "miniwob").glob("*.html"))
