@@ -163,6 +163,11 @@ DEFAULTS: dict[str, Any] = {
         # Train after the last iteration's rollouts too (false: the last iteration
         # only measures the model it served).
         "final": True,
+        # SFT records only: this many copies of each record whose goal quotes a name, the
+        # name swapped everywhere in the record for words of the pages' lexicon
+        # (MiniWoB++'s word lists; replaystore.loop.augment): copying the goal's name then
+        # fits the data, remembering it does not. 0: off.
+        "name_swaps": 0,
         "env": {},
     },
     "serve": {
@@ -576,6 +581,12 @@ class LoopConfig:
             )
         if not isinstance(t["final"], bool):
             raise ConfigError(f"train.final must be true or false, got {t['final']!r}")
+        _int(t, "name_swaps", 0, "train.")
+        if t["name_swaps"] and not self.on_miniwob:
+            raise ConfigError(
+                "train.name_swaps draws words from MiniWoB++'s lexicon: it needs MiniWoB++ "
+                f"tasks (tasks: miniwob:...), got tasks {d['tasks']!r}"
+            )
         if t["finetuning_type"] is not None:
             _choice(t, "finetuning_type", ("full", "lora"), "train.")
         lora = t["lora"]

@@ -61,7 +61,7 @@ class ExportStage(Stage[bool]):
 
         cfg = ctx.config
         screenshots = cfg["observation"] == "screenshot"
-        return export_llamafactory(
+        report = export_llamafactory(
             draw.samples,
             directory,
             dataset_name=DATASET_NAME,
@@ -71,3 +71,25 @@ class ExportStage(Stage[bool]):
             copy_images=screenshots,
             image_root=ctx.paths.out if screenshots else None,
         )
+        copies = cfg["train"]["name_swaps"]
+        if copies and draw.kind == "sft":
+            report.num_train = self._swap_names(cfg, report.train_file, copies)
+        return report
+
+    def _swap_names(self, cfg: Any, path: Path, copies: int) -> int:
+        """Add ``copies`` name-swapped copies of the training records (``train.name_swaps``,
+        :func:`~replaystore.loop.augment.swap_names`); the number of records now."""
+        import json
+
+        import numpy as np
+
+        from replaystore.atomic import atomic_write_text
+        from replaystore.rollouts.miniwob import page_vocabulary
+
+        from ..augment import swap_names
+
+        records = json.loads(path.read_text(encoding="utf-8"))
+        rng = np.random.default_rng(cfg["seed"] + self.k)
+        records = swap_names(records, page_vocabulary(), copies, rng)
+        atomic_write_text(path, json.dumps(records, ensure_ascii=False, indent=1))
+        return len(records)
