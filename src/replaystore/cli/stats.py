@@ -9,7 +9,6 @@ from typing import Any
 
 from replaystore.cli._common import Parser, UsageError, finite_float, human_bytes, store_path, table
 from replaystore.errors import ReplayStoreError
-from replaystore.formats import sqlite_experience, transitions_buffer
 from replaystore.formats.detect import NotAStoreError
 from replaystore.formats.detect import detect as detect_store
 from replaystore.formats.transitions_checkpoint import (
@@ -240,10 +239,14 @@ def _print_stats(args: argparse.Namespace, path: Path) -> int:
     if kind == "trajectory_storage":
         summary = _trajectory_stats(target, args.success_threshold)
     elif kind == "sqlite_experience_store":
+        from replaystore.formats import sqlite_experience
+
         summary = sqlite_experience.read_summary(target)
     elif kind == "transitions_checkpoint":
         summary = _checkpoint_stats(target)
-    else:
+    else:  # NumPy (the priorities file) is imported for this kind only, not for --help
+        from replaystore.formats import transitions_buffer
+
         summary = transitions_buffer.read_summary(target)
     if args.json:
         print(json.dumps({"kind": kind, **summary}, indent=2))
