@@ -137,10 +137,29 @@ class LocalCluster:
             time.sleep(0.25)
 
 
+def _auth_mode(mode: str | None) -> None:
+    """Set ``RAY_AUTH_MODE`` for this process and make Ray read it again.
+
+    A local ``ray.init()`` earlier in the process (another test file's runtime, on the
+    same xdist worker) turns token authentication on and Ray keeps that in its cached
+    config whatever the variable says afterwards: the driver then talks to this test's
+    cluster (started with authentication off) in token mode and every actor dies at
+    start ("The actor died unexpectedly"), as seen in CI.
+    """
+    from ray._private.authentication_test_utils import reset_auth_token_state
+
+    if mode is None:
+        os.environ.pop("RAY_AUTH_MODE", None)
+    else:
+        os.environ["RAY_AUTH_MODE"] = mode
+    reset_auth_token_state()
+
+
 @pytest.fixture
-def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCluster]:
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     pytest.importorskip("miniwob")
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    before = os.environ.get("RAY_AUTH_MODE")
+    _auth_mode("disabled")
     # Short: Ray's socket paths under it must fit in 107 bytes.
     root = Path(tempfile.mkdtemp(prefix="rsray-", dir="/tmp"))
     running = LocalCluster(root)
@@ -152,6 +171,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalCl
         ray.shutdown()
         running.stop()
         shutil.rmtree(root, ignore_errors=True)
+        _auth_mode(before)
         assert running.pids() == [], "a process of the test cluster is still running"
 
 
