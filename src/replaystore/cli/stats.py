@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -82,10 +83,13 @@ def _print_trajectory_stats(s: dict[str, Any]) -> None:
         f"non-dummy, final reward >= {s['success_threshold']:g})"
     )
     print(f"  steps: {s['total_steps']}")
+    from replaystore.trajectories.index import success_rate
+
     rows = []
     for row in s["iterations"]:
         valid = row["trajectories"] - row["dummy_trajectories"]
-        rate = f"{100 * row['successful_trajectories'] / valid:.1f}%" if valid else "-"
+        share = success_rate(row["successful_trajectories"], valid, empty=float("nan"))
+        rate = "-" if math.isnan(share) else f"{100 * share:.1f}%"
         rows.append(
             (
                 row["iteration"],

@@ -65,16 +65,21 @@ def quick_config() -> dict[str, Any]:
 
 
 def full_config() -> dict[str, Any]:
-    """The 18 tasks with an expert, three iterations of the model acting."""
+    """The 18 tasks with an expert; two iterations of the model acting.
+
+    Sized to finish within the hour on 2 CPU cores: held-out set 18 tasks x 20 seeds (360
+    episodes per evaluation, the untrained model's included), demonstrations from 10 seeds
+    of each task, the quick run's 2-layer tiny model.
+    """
     return {
         **_COMMON,
         "tasks": "miniwob:experts",
-        "iterations": 4,
+        "iterations": 3,
         "seeds_per_iteration": 10,
         "bootstrap": {**_COMMON["bootstrap"], "repeats": 10},
-        "evaluation": {"seeds": "100000-100049"},
+        "evaluation": {"seeds": "100000-100019"},
         "model": {
-            "tiny": {"layers": 4, "hidden": 256, "heads": 4, "vocab": 2048},
+            "tiny": {"layers": 2, "hidden": 256, "heads": 4, "vocab": 2048},
             "evaluate_untrained": True,
         },
         "train": {"final": False, "overrides": {"num_train_epochs": 8}},

@@ -157,7 +157,7 @@ class Storage(ABC):
         return self.size()
 
 
-class PicklesSettings:
+class PicklesSettings(ABC):
     """Pickling for a storage that holds connections, locks or caches: a pickle keeps
     only its settings (the attributes named in ``_pickled``, in that order), and the
     unpickled copy rebuilds the rest with :meth:`_reset_local`, reconnecting on use.
@@ -168,9 +168,9 @@ class PicklesSettings:
     _pickled: ClassVar[tuple[str, ...]] = ()
     _pickle_defaults: ClassVar[Mapping[str, Any]] = {}
 
+    @abstractmethod
     def _reset_local(self) -> None:
         """Set this process's connections, locks and caches from the settings."""
-        raise NotImplementedError
 
     def __getstate__(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self._pickled}
