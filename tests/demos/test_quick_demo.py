@@ -5,7 +5,8 @@ command in quick form, every default part, as a child process under umask 022. I
 outputs feed the checks of each part: the summary, the transitions checkpoint, the
 trajectories part (the web-agent loop in a real Chromium, from task sampling to a
 LLaMA-Factory dataset), the experience store, and the files' modes. One run instead of
-one per file: CI's slow step is a budget (``.ci/run``). The fast checks of each part
+one per file: CI's slow step is a budget (``.ci/run``); the same run feeds the viewer's
+check in a browser (``tests/view/test_demo_browser.py``). The fast checks of each part
 (no browser, the configuration) stay in ``tests/cli/test_demo_command.py`` and
 ``tests/demos/test_trajectories_demo.py``. The full (not quick) demo is
 ``benchmarks/demo.py``.
@@ -21,33 +22,23 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from cli_runner import run_cli, run_cli_subprocess
+from cli_runner import run_cli
 from file_modes import assert_files_have_mode
+from quick_demo_run import STALE, quick_demo_run
 from replaystore.demos import PARTS
 from replaystore.demos.trajectories import DemoConfig
 from replaystore.pipeline.blocklist import normalize_domain
 from replaystore.trajectories.export import validate_record
 from replaystore.trajectories.storage import TrajectoryStorage
 
-# The whole quick demo must finish well within this (about 40 s on 2 idle cores).
-DEMO_TIMEOUT_S = 300
-
 BLOCKED = "botwall.localhost"
-STALE = "stale-from-an-earlier-run"
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory, chromium: str | None) -> tuple[Path, str]:
-    """``replaystore demo --quick --out OUT`` under umask 022: ``(OUT, stdout)``."""
-    out = tmp_path_factory.mktemp("demo")
-    # Outputs of an earlier run: the demo must replace them (iteration files are immutable).
-    earlier = out / "trajectories"
-    (earlier / "llamafactory").mkdir(parents=True)
-    (earlier / "llamafactory" / f"{STALE}.json").write_text("[]")
-    (earlier / "tasks.jsonl").write_text(json.dumps({"task_id": STALE}) + "\n")
-    proc = run_cli_subprocess("demo", "--quick", "--out", out, timeout=DEMO_TIMEOUT_S, umask=0o022)
-    assert proc.returncode == 0, proc.stderr
-    return out, proc.stdout
+    """``replaystore demo --quick --out OUT`` under umask 022: ``(OUT, stdout)``; the
+    session's one run (``tests/quick_demo_run.py``)."""
+    return quick_demo_run(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

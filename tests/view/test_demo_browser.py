@@ -1,5 +1,6 @@
-"""The viewer over the real demo's outputs (a rollout in Chromium on the local website
-suite), in a real browser. Slow: the rollout itself takes tens of seconds.
+"""The viewer over the real demo's outputs (``replaystore demo --quick``'s rollouts in
+Chromium on the local website suite), in a real browser. Slow: the demo itself takes tens
+of seconds (one run for the session, shared with tests/demos/test_quick_demo.py).
 
 ``REPLAYSTORE_UPDATE_DOCS_IMG=1`` also writes the trajectory page's screenshot to
 ``docs/img/view-trajectory.png`` (the one the README and the docs show), from a demo run
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from quick_demo_run import quick_demo_run
 from replaystore.view import build_app
 
 from .conftest import Page, serving
@@ -30,15 +32,18 @@ DOCS_IMAGE = Path(__file__).resolve().parents[2] / "docs" / "img" / "view-trajec
 
 @pytest.fixture(scope="module")
 def demo_out(tmp_path_factory: pytest.TempPathFactory, browser: Any) -> Path:
-    """A small run of the demo's trajectories loop (2 iterations of 8 tasks, one rank);
-    needs the browser fixture only to skip (or fail under CI) without Chromium."""
+    """The trajectories part of the session's ``replaystore demo --quick`` run
+    (``tests/quick_demo_run.py``, shared with tests/demos/test_quick_demo.py); needs the
+    browser fixture only to skip (or fail under CI) without Chromium.
+
+    With ``REPLAYSTORE_UPDATE_DOCS_IMG=1``, a run of the demo's loop of its own (2
+    iterations of 8 tasks, one rank) in the folder the docs show in the page's header."""
+    if os.environ.get("REPLAYSTORE_UPDATE_DOCS_IMG") != "1":
+        return quick_demo_run(tmp_path_factory)[0] / "trajectories"
     from replaystore.demos.trajectories import DemoConfig, run_loop
 
-    out = tmp_path_factory.mktemp("demo") / "trajectories"
-    if os.environ.get("REPLAYSTORE_UPDATE_DOCS_IMG") == "1":
-        # The docs image shows the storage path in its header: make it the one the docs use.
-        out = Path(tempfile.gettempdir()) / "demo-output" / "trajectories"
-        shutil.rmtree(out, ignore_errors=True)
+    out = Path(tempfile.gettempdir()) / "demo-output" / "trajectories"
+    shutil.rmtree(out, ignore_errors=True)
     cfg = DemoConfig(
         iterations=2,
         tasks_per_iteration=8,
