@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+
+# The environment may set PYTHONDONTWRITEBYTECODE=1 (this project's machines do). Then
+# pytest rewrites the asserts of every test module again in every process that collects
+# them (each xdist worker of each step: some 4,000 asserts, seconds of CPU each time),
+# because it keeps a rewritten module only as bytecode. A test run writes bytecode as a
+# plain pytest run does; the processes the tests start keep the environment's setting.
+sys.dont_write_bytecode = False
 
 settings.register_profile("replaystore", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False, database=None, print_blob=True)
