@@ -1,0 +1,55 @@
+"""The order CI's test steps hand work out in (``tests/conftest.py``): the longest test
+files first, the files that start Ray in-process last, and no name in the list of long
+files that has stopped naming a file (a renamed file would silently lose its place)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+
+from conftest import _LONGEST_FIRST, _RAY_FILES, pytest_collection_modifyitems
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_long_file_named_exists() -> None:
+    missing = [name for name in _LONGEST_FIRST if not (ROOT / "tests" / name).is_file()]
+    assert not missing, f"tests/conftest.py _LONGEST_FIRST names no such file: {missing}"
+    assert len(set(_LONGEST_FIRST)) == len(_LONGEST_FIRST)
+
+
+def _item(path: str) -> SimpleNamespace:
+    config = SimpleNamespace(rootpath=ROOT)
+    return SimpleNamespace(path=ROOT / path, config=config, nodeid=path)
+
+
+def test_long_files_go_first_and_ray_files_last_keeping_the_rest_in_place() -> None:
+    names = [
+        "tests/test_atomic.py",
+        "tests/distributed/test_remote.py",
+        "tests/loop/test_lora_training.py",
+        "tests/test_sampling.py",
+        "tests/distributed/test_buffer_privacy.py",
+        "tests/demos/test_loop_demo.py",
+        "tests/test_docs.py",
+    ]
+    items = [_item(n) for n in names]
+    pytest_collection_modifyitems(SimpleNamespace(), items)  # type: ignore[arg-type]
+    assert [i.nodeid for i in items] == [
+        "tests/demos/test_loop_demo.py",
+        "tests/loop/test_lora_training.py",
+        "tests/test_atomic.py",
+        "tests/test_sampling.py",
+        "tests/test_docs.py",
+        "tests/distributed/test_remote.py",
+        "tests/distributed/test_buffer_privacy.py",
+    ]
+    assert "distributed" in _RAY_FILES
+
+
+def test_xdist_keeps_the_collection_order() -> None:
+    """pytest-xdist reorders scopes by their number of tests unless told not to."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    addopts = pyproject["tool"]["pytest"]["ini_options"]["addopts"]
+    assert "--no-loadscope-reorder" in addopts.split()
