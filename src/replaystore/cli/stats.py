@@ -71,6 +71,8 @@ def _trajectory_stats(path: Path, success_threshold: float) -> dict[str, Any]:
 
 
 def _print_trajectory_stats(s: dict[str, Any]) -> None:
+    from replaystore.trajectories.index import success_rate
+
     its = [row["iteration"] for row in s["iterations"]]
     print(f"trajectory storage: {s['root']}")
     print(
@@ -83,8 +85,6 @@ def _print_trajectory_stats(s: dict[str, Any]) -> None:
         f"non-dummy, final reward >= {s['success_threshold']:g})"
     )
     print(f"  steps: {s['total_steps']}")
-    from replaystore.trajectories.index import success_rate
-
     rows = []
     for row in s["iterations"]:
         valid = row["trajectories"] - row["dummy_trajectories"]
