@@ -48,6 +48,22 @@ def test_long_files_go_first_and_ray_files_last_keeping_the_rest_in_place() -> N
     assert "distributed" in _RAY_FILES
 
 
+def test_the_docs_page_that_repeats_the_readmes_demo_goes_last() -> None:
+    items = [
+        _item("tests/test_docs.py"),
+        _item("tests/distributed/test_remote.py"),
+        _item("tests/test_docs.py"),
+    ]
+    items[0].nodeid = "tests/test_docs.py::test_doc_block[docs/cli.md:28:console]"
+    items[2].nodeid = "tests/test_docs.py::test_doc_block[README.md:194:console]"
+    pytest_collection_modifyitems(SimpleNamespace(), items)  # type: ignore[arg-type]
+    assert [i.nodeid.split("[")[-1] for i in items] == [
+        "README.md:194:console]",
+        "tests/distributed/test_remote.py",
+        "docs/cli.md:28:console]",
+    ]
+
+
 def test_xdist_keeps_the_collection_order() -> None:
     """pytest-xdist reorders scopes by their number of tests unless told not to."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
