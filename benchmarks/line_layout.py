@@ -1,0 +1,157 @@
+"""Which page-text line layout a tiny model learns to look up (issue 37's measurement).
+
+    <llamafactory-env>/bin/python benchmarks/line_layout.py --layout A|B --steps 800 \\
+        --corpus RUN/iterations/000/dataset/webagent.json
+
+Runs in the LLaMA-Factory tool environment (``bash .ci/install-loop-tools``; it has
+``transformers``), like ``replaystore.loop.tiny_model``, whose tokenizer, model settings
+and batching it uses. A 2-layer tiny Qwen2 (hidden 256) is trained from scratch on
+synthetic pages of 2-9 lines whose names are words of the corpus's tokenizer, asked for up
+to four lines per page, and scored on 300 fresh pages: the share whose id it completes
+exactly (greedy). Layouts:
+
+* ``A``: ``button 'Cancel' id=6``, asked ``Target: button 'Cancel' id=`` (the page text's
+  layout, ``replaystore.rollouts.page_text``). The token before every id is ``=``.
+* ``B``: ``button 'Cancel 6'``, asked ``Target: button 'Cancel`` then `` 6'``: the id
+  follows the name's own last token, so the look-up is one token's induction (copy what
+  followed the earlier occurrence of the token just written).
+
+Prints the loss every 50 steps and one ``RESULT`` line. One run per call; seeded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src" / "replaystore" / "loop"))
+
+import tiny_model  # the loop's standalone builder script
+
+BATCH, MAX_TOKENS, WARMUP, LR = 16, 160, 60, 2e-3
+
+
+def _line(layout: str, role: str, name: str, ident: int) -> str:
+    return f"{role} '{name}' id={ident}" if layout == "A" else f"{role} '{name} {ident}'"
+
+
+def _query(layout: str, role: str, name: str) -> str:
+    return f"Target: {role} '{name}' id=" if layout == "A" else f"Target: {role} '{name}"
+
+
+def _answer(layout: str, ident: int) -> str:
+    return f"{ident}\n" if layout == "A" else f" {ident}'\n"
+
+
+def _page(rng: random.Random, words: list[str]) -> tuple[list[str], list[str], list[int]]:
+    n = rng.randint(2, 9)
+    ids = rng.sample(range(1, 60), n)
+    roles = [rng.choice(tiny_model._ROLES) for _ in range(n)]
+    names = [tiny_model._made_up_name(rng, words) for _ in range(n)]
+    return roles, names, ids
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layout", choices=("A", "B"), required=True)
+    parser.add_argument("--steps", type=int, default=800)
+    parser.add_argument("--corpus", type=Path, required=True, help="text the tokenizer learns")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    layout = args.layout
+    torch.manual_seed(args.seed)
+    _bpe, tok = tiny_model._tokenizer([args.corpus], vocab=2048, max_positions=1024)
+    model = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=len(tok),
+            hidden_size=256,
+            intermediate_size=1024,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            max_position_embeddings=1024,
+            tie_word_embeddings=True,
+            bos_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+            eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+            pad_token_id=tok.convert_tokens_to_ids("<|endoftext|>"),
+        )
+    )
+    words = sorted(t for t in tok.get_vocab() if t.isascii() and t.isalpha() and len(t) >= 3)
+    rng = random.Random(args.seed + 1)
+    newline = tok.convert_tokens_to_ids("\u010a")
+
+    def segments() -> list[tuple[str, bool]]:
+        roles, names, ids = _page(rng, words)
+        page = "\n".join(_line(layout, *x) for x in zip(roles, names, ids, strict=True))
+        out = [(page + "\n", False)]
+        for k in rng.sample(range(len(ids)), min(len(ids), 4)):
+            out += [(_query(layout, roles[k], names[k]), False), (_answer(layout, ids[k]), True)]
+        return out
+
+    def batch() -> tuple[object, object, object]:
+        rows = []
+        for _ in range(BATCH):
+            ids: list[int] = []
+            labels: list[int] = []
+            while True:
+                more, more_labels = tiny_model._encode_segments(tok, segments())
+                if ids and len(ids) + len(more) + 1 > MAX_TOKENS:
+                    break
+                if ids:
+                    ids.append(newline)
+                    labels.append(-100)
+                ids += more
+                labels += more_labels
+            rows.append((ids[:MAX_TOKENS], labels[:MAX_TOKENS]))
+        return tiny_model._padded(rows, tok.pad_token_id)
+
+    def rate(step: int) -> float:
+        if step < WARMUP:
+            return (step + 1) / WARMUP
+        progress = (step - WARMUP) / max(1, args.steps - WARMUP)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
+    started = time.time()
+    model.train()
+    for step in range(args.steps):
+        input_ids, target, mask = batch()
+        loss = model(input_ids=input_ids, attention_mask=mask, labels=target).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % 50 == 0 or step == args.steps - 1:
+            print(layout, step, round(float(loss), 4), round(time.time() - started), flush=True)
+    model.eval()
+    check = random.Random(7)
+    rows = []
+    for _ in range(300):
+        roles, names, ids = _page(check, words)
+        k = check.randrange(len(ids))
+        page = "\n".join(_line(layout, *x) for x in zip(roles, names, ids, strict=True))
+        prompt = f"{page}\n{_query(layout, roles[k], names[k])}"
+        rows.append(tiny_model._encode(tok, prompt, _answer(layout, ids[k])))
+    input_ids, target, mask = tiny_model._padded(rows, tok.pad_token_id)
+    with torch.no_grad():
+        guess = model(input_ids=input_ids, attention_mask=mask).logits.argmax(-1)
+    wrong = (guess[:, :-1] != target[:, 1:]) & (target[:, 1:] != -100)
+    right = int((~wrong.any(dim=1)).sum())
+    print(
+        f"RESULT layout {layout}: {args.steps} steps, {right}/300 = {right / 300:.1%} of fresh "
+        f"pages' ids exact, {time.time() - started:.0f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
