@@ -16,13 +16,13 @@ exactly (greedy). Layouts:
   follows the name's own last token, so the look-up is one token's induction (copy what
   followed the earlier occurrence of the token just written).
 
-Prints the loss every 50 steps and one ``RESULT`` line. One run per call; seeded.
+Trains with ``tiny_model.train_on_segments`` (the loss every 50 steps on stderr) and
+prints one ``RESULT`` line. One run per call; seeded.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import random
 import sys
 import time
@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src" / "replaystor
 
 import tiny_model  # the loop's standalone builder script
 
-BATCH, MAX_TOKENS, WARMUP, LR = 16, 160, 60, 2e-3
+#: Warm-up steps (then cosine; AdamW at lr 2e-3, batch 16, rows of 160 tokens).
+WARMUP = 60
 
 
 def _line(layout: str, role: str, name: str, ident: int) -> str:
@@ -85,7 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     words = sorted(t for t in tok.get_vocab() if t.isascii() and t.isalpha() and len(t) >= 3)
     rng = random.Random(args.seed + 1)
-    newline = tok.convert_tokens_to_ids("\u010a")
 
     def segments() -> list[tuple[str, bool]]:
         roles, names, ids = _page(rng, words)
@@ -95,44 +95,10 @@ def main(argv: list[str] | None = None) -> int:
             out += [(_query(layout, roles[k], names[k]), False), (_answer(layout, ids[k]), True)]
         return out
 
-    def batch() -> tuple[object, object, object]:
-        rows = []
-        for _ in range(BATCH):
-            ids: list[int] = []
-            labels: list[int] = []
-            while True:
-                more, more_labels = tiny_model._encode_segments(tok, segments())
-                if ids and len(ids) + len(more) + 1 > MAX_TOKENS:
-                    break
-                if ids:
-                    ids.append(newline)
-                    labels.append(-100)
-                ids += more
-                labels += more_labels
-            rows.append((ids[:MAX_TOKENS], labels[:MAX_TOKENS]))
-        return tiny_model._padded(rows, tok.pad_token_id)
-
-    def rate(step: int) -> float:
-        if step < WARMUP:
-            return (step + 1) / WARMUP
-        progress = (step - WARMUP) / max(1, args.steps - WARMUP)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     started = time.time()
-    model.train()
-    for step in range(args.steps):
-        input_ids, target, mask = batch()
-        loss = model(input_ids=input_ids, attention_mask=mask, labels=target).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
-        if step % 50 == 0 or step == args.steps - 1:
-            print(layout, step, round(float(loss), 4), round(time.time() - started), flush=True)
-    model.eval()
+    tiny_model.train_on_segments(
+        model, tok, segments, steps=args.steps, warmup=WARMUP, label=f"layout {layout}"
+    )
     check = random.Random(7)
     rows = []
     for _ in range(300):

@@ -379,27 +379,26 @@ def _accuracy(model: Any, tokenizer: Any, words: list[str], *, seed: int) -> dic
     return accuracy
 
 
-def pretrain(
-    model: Any, tokenizer: Any, *, steps: int, seed: int, batch: int = 16, max_tokens: int = 160
-) -> dict[str, object]:
-    """Train ``model`` ``steps`` steps on :func:`training_segments` text (loss on the
-    answers only; AdamW, lr 2e-3 with 100 warm-up steps then cosine); what it reached.
-
-    Returns:
-        ``{"steps", "loss_first", "loss_last", "accuracy"}``: the exact-match rate of the
-        answers (every answer token the model's most likely next token) on 300 fresh
-        examples of each kind.
-    """
+def train_on_segments(
+    model: Any,
+    tokenizer: Any,
+    segments: Any,
+    *,
+    steps: int,
+    warmup: int,
+    label: str,
+    batch: int = 16,
+    max_tokens: int = 160,
+) -> list[float]:
+    """Train ``model`` ``steps`` steps on examples from ``segments()`` (each a list of
+    ``(text, is_target)``; loss on the targets only), packed up to ``max_tokens`` a row;
+    AdamW, lr 2e-3 with ``warmup`` warm-up steps then cosine down to a tenth. The loss
+    every 50 steps goes to stderr as ``{label} step N/steps``. Returns each step's loss."""
     import math
-    import random
 
     import torch
 
-    rng = random.Random(seed + 1)
-    pad = tokenizer.pad_token_id
-    # The names' words: the tokenizer's own whole-word pieces (letters only, 3+ long), so
-    # that a name is a token or two as a page's names are, not a string of fragments.
-    words = sorted(t for t in tokenizer.get_vocab() if t.isascii() and t.isalpha() and len(t) >= 3)
+    newline = tokenizer.convert_tokens_to_ids("\u010a")
 
     def make_batch() -> tuple[Any, Any, Any]:
         rows = []
@@ -407,18 +406,17 @@ def pretrain(
             ids: list[int] = []
             labels: list[int] = []
             while True:
-                more_ids, more_labels = _encode_segments(tokenizer, training_segments(rng, words))
+                more_ids, more_labels = _encode_segments(tokenizer, segments())
                 if ids and len(ids) + len(more_ids) + 1 > max_tokens:
                     break
                 if ids:
-                    ids.append(tokenizer.convert_tokens_to_ids("\u010a"))  # a newline
+                    ids.append(newline)
                     labels.append(-100)
                 ids += more_ids
                 labels += more_labels
             rows.append((ids[:max_tokens], labels[:max_tokens]))
-        return _padded(rows, pad)
+        return _padded(rows, tokenizer.pad_token_id)
 
-    warmup = min(100, max(1, steps // 10))
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
 
     def rate(step: int) -> float:
@@ -440,9 +438,39 @@ def pretrain(
         optimizer.zero_grad(set_to_none=True)
         losses.append(float(loss))
         if step % 50 == 0 or step == steps - 1:
-            sys.stderr.write(f"pretrain step {step + 1}/{steps}: loss {losses[-1]:.4f}\n")
+            sys.stderr.write(f"{label} step {step + 1}/{steps}: loss {losses[-1]:.4f}\n")
             sys.stderr.flush()
     model.eval()
+    return losses
+
+
+def pretrain(
+    model: Any, tokenizer: Any, *, steps: int, seed: int, batch: int = 16, max_tokens: int = 160
+) -> dict[str, object]:
+    """Train ``model`` ``steps`` steps on :func:`training_segments` text
+    (:func:`train_on_segments`, 100 warm-up steps at most); what it reached.
+
+    Returns:
+        ``{"steps", "loss_first", "loss_last", "accuracy"}``: the exact-match rate of the
+        answers (every answer token the model's most likely next token) on 300 fresh
+        examples of each kind.
+    """
+    import random
+
+    rng = random.Random(seed + 1)
+    # The names' words: the tokenizer's own whole-word pieces (letters only, 3+ long), so
+    # that a name is a token or two as a page's names are, not a string of fragments.
+    words = sorted(t for t in tokenizer.get_vocab() if t.isascii() and t.isalpha() and len(t) >= 3)
+    losses = train_on_segments(
+        model,
+        tokenizer,
+        lambda: training_segments(rng, words),
+        steps=steps,
+        warmup=min(100, max(1, steps // 10)),
+        label="pretrain",
+        batch=batch,
+        max_tokens=max_tokens,
+    )
     accuracy = _accuracy(model, tokenizer, words, seed=seed)
     sys.stderr.write(f"pretrain accuracy on fresh examples: {accuracy}\n")
     return {
