@@ -5,7 +5,7 @@
 
 Runs in the LLaMA-Factory tool environment (``bash .ci/install-loop-tools``; it has
 ``transformers``), like ``replaystore.loop.tiny_model``, whose tokenizer, model settings
-and batching it uses. A 2-layer tiny Qwen2 (hidden 256) is trained from scratch on
+and batching it uses. A tiny Qwen2 (hidden 256; 2 layers, ``--layers``) is trained from scratch on
 synthetic pages of 2-9 lines whose names are words of the corpus's tokenizer, asked for up
 to four lines per page, and scored on 300 fresh pages: the share whose id it completes
 exactly (greedy). Layouts:
@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src" / "replaystor
 
 import tiny_model  # the loop's standalone builder script
 
-#: Warm-up steps (then cosine; AdamW at lr 2e-3, batch 16, rows of 160 tokens).
+#: Warm-up steps (then cosine; AdamW at ``--lr``, default 2e-3, batch ``--batch``, default
+#: 16, rows of 160 tokens).
 WARMUP = 60
 
 
@@ -62,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=800)
     parser.add_argument("--corpus", type=Path, required=True, help="text the tokenizer learns")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--batch", type=int, default=16)
     args = parser.parse_args(argv)
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             vocab_size=len(tok),
             hidden_size=256,
             intermediate_size=1024,
-            num_hidden_layers=2,
+            num_hidden_layers=args.layers,
             num_attention_heads=4,
             num_key_value_heads=4,
             max_position_embeddings=1024,
@@ -97,7 +101,14 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.time()
     tiny_model.train_on_segments(
-        model, tok, segments, steps=args.steps, warmup=WARMUP, label=f"layout {layout}"
+        model,
+        tok,
+        segments,
+        steps=args.steps,
+        warmup=WARMUP,
+        label=f"layout {layout}",
+        batch=args.batch,
+        lr=args.lr,
     )
     check = random.Random(7)
     rows = []
@@ -113,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     wrong = (guess[:, :-1] != target[:, 1:]) & (target[:, 1:] != -100)
     right = int((~wrong.any(dim=1)).sum())
     print(
-        f"RESULT layout {layout}: {args.steps} steps, {right}/300 = {right / 300:.1%} of fresh "
+        f"RESULT layout {layout}, {args.layers} layers, lr {args.lr:g}, batch {args.batch}: "
+        f"{args.steps} steps, {right}/300 = {right / 300:.1%} of fresh "
         f"pages' ids exact, {time.time() - started:.0f} s"
     )
     return 0

@@ -13,12 +13,21 @@ WebGym's, then read back by a freshly opened file-backed buffer, side by side:
 * **draw**: ``ReplayBuffer.from_storage(root)`` then ``get_training_samples(1000, 1.0)``;
 * **messages**: ``s["message"]`` of those 1,000 samples (cold: the first draw of a freshly
   opened buffer; median of 5 fresh buffers);
-* **dataset**: ``buffer[i]["message"]`` for 1,000 random indices, as a torch
-  ``DataLoader`` over the buffer reads it (fresh buffer, median of 5);
+* **dataset**: ``buffer[i]["message"]`` for 1,000 random indices, one call each (a torch
+  ``DataLoader`` without ``batch_size`` reads so), and the same 1,000 through
+  ``DataLoader(buffer, batch_size=32, sampler=indices, collate_fn=list)``, which calls the
+  buffer's ``__getitems__`` once per batch (fresh buffers, median of 5);
 * **raw_prompt round trip**: every stored prompt read back equals the written text.
 
+The reads are timed twice: in **a fresh process** that imports the library, opens the
+storage and reads (as a training process does, and as the issue's own reproduction ran:
+each of the 5 repeats is its own child process), and in **the writing process**, which
+still holds the 5,000 steps it wrote and read back (about 230,000 Python objects: the
+same reads there take longer, measured in RESULTS.md).
+
 The goal (issue 39): WebGym-formatted prompts read in <= 5 ms per 1,000 samples cold, as
-compact ones do. Each figure is measured once per run (medians of 5 fresh buffers).
+compact ones do, judged on the fresh-process figure. Each figure is measured once per run
+(medians of 5 fresh buffers).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import machine_summary, markdown_table, replace_generated_block
@@ -72,25 +83,57 @@ def _median(values: list[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
-def measure(root: Path, k: int, repeats: int) -> dict[str, float]:
-    draws, reads, items = [], [], []
-    for seed in range(repeats):
-        gc.collect()
-        start = time.perf_counter()
-        buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
-        samples = buffer.get_training_samples(k, 1.0, seed=seed)
-        draws.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        for sample in samples:
+def measure_once(root: Path, k: int, seed: int) -> dict[str, float]:
+    """One cold measurement: open + draw, the messages of the draw, then ``buffer[i]`` of
+    ``k`` random indices on a second freshly opened buffer (seconds each)."""
+    gc.collect()
+    start = time.perf_counter()
+    buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
+    samples = buffer.get_training_samples(k, 1.0, seed=seed)
+    draw = time.perf_counter() - start
+    start = time.perf_counter()
+    for sample in samples:
+        sample["message"]
+    read = time.perf_counter() - start
+    fresh = ReplayBuffer.from_storage(root, filter_successful_only=False)
+    indices = np.random.default_rng(seed).integers(0, len(fresh), k).tolist()
+    start = time.perf_counter()
+    for i in indices:
+        fresh[i]["message"]
+    items = time.perf_counter() - start
+    fresh = ReplayBuffer.from_storage(root, filter_successful_only=False)
+    loader = DataLoader(fresh, batch_size=32, sampler=indices, collate_fn=list)
+    start = time.perf_counter()
+    for batch in loader:
+        for sample in batch:
             sample["message"]
-        reads.append(time.perf_counter() - start)
-        fresh = ReplayBuffer.from_storage(root, filter_successful_only=False)
-        indices = np.random.default_rng(seed).integers(0, len(fresh), k).tolist()
-        start = time.perf_counter()
-        for i in indices:
-            fresh[i]["message"]
-        items.append(time.perf_counter() - start)
-    return {"draw": _median(draws), "read": _median(reads), "items": _median(items)}
+    return {"draw": draw, "read": read, "items": items, "loader": time.perf_counter() - start}
+
+
+def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {key: _median([run[key] for run in runs]) for key in runs[0]}
+
+
+def measure(root: Path, k: int, repeats: int) -> dict[str, float]:
+    """Medians of ``repeats`` cold measurements in this (the writing) process."""
+    return _medians([measure_once(root, k, seed) for seed in range(repeats)])
+
+
+def measure_fresh(root: Path, k: int, repeats: int) -> dict[str, float]:
+    """Medians of ``repeats`` cold measurements, each in a new Python process that
+    imports the library, then opens ``root`` and reads (this script's ``--child``)."""
+    runs = []
+    for seed in range(repeats):
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", str(root), "--k", str(k), "--seed", str(seed)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"the measuring child failed:\n{done.stderr}")
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return _medians(runs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,7 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--webgym-src", type=Path, help="a WebGym checkout: its writer")
     parser.add_argument("--quick", action="store_true", help="500 steps (smoke test)")
     parser.add_argument("--out", type=Path, help="Markdown file whose generated part to replace")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # measure_fresh's
+    parser.add_argument("--k", type=int, default=1_000, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.child is not None:
+        print(json.dumps(measure_once(args.child, args.k, args.seed)))
+        return 0
     n, k, repeats = (500, 100, 3) if args.quick else (5_000, 1_000, 5)
     writer, source = webgym_writer(args.webgym_src)
     rows, results = [], {}
@@ -113,38 +162,61 @@ def main(argv: list[str] | None = None) -> int:
                 for got, wrote in zip(stored, trajectories, strict=True)
                 for a, b in zip(got, wrote, strict=True)
             )
-            figures = measure(root, k, repeats)
-            results[name] = figures
             chars = sum(len(s["response"].raw_prompt) for t in trajectories for s in t) / n
-            rows.append(
-                [
-                    "compact (json.dumps(messages))" if name == "compact" else source,
-                    f"{chars:,.0f}",
-                    f"{figures['draw'] * 1e3:.1f} ms",
-                    f"{figures['read'] * 1e3:.1f} ms",
-                    f"{figures['items'] * 1e3:.1f} ms",
-                    "yes" if same else "**no**",
-                ]
-            )
-    ratio = results["webgym"]["read"] / results["compact"]["read"]
+            label = "compact (json.dumps(messages))" if name == "compact" else source
+            for where, figures in (
+                ("fresh process", measure_fresh(root, k, repeats)),
+                ("writing process", measure(root, k, repeats)),
+            ):
+                results[name, where] = figures
+                rows.append(
+                    [
+                        label,
+                        where,
+                        f"{chars:,.0f}",
+                        f"{figures['draw'] * 1e3:.1f} ms",
+                        f"{figures['read'] * 1e3:.1f} ms",
+                        f"{figures['items'] * 1e3:.1f} ms",
+                        f"{figures['loader'] * 1e3:.1f} ms",
+                        "yes" if same else "**no**",
+                    ]
+                )
+    verdicts = []
+    for where in ("fresh process", "writing process"):
+        webgym, compact = results["webgym", where], results["compact", where]
+        verdicts.append(
+            f"- {where}: WebGym-formatted / compact, messages "
+            f"{webgym['read'] / compact['read']:.2f}x; WebGym-formatted messages "
+            f"{webgym['read'] * 1e3:.1f} ms, buffer[i] {webgym['items'] * 1e3:.1f} ms, "
+            f"DataLoader {webgym['loader'] * 1e3:.1f} ms per {k:,} cold"
+        )
+    fresh = results["webgym", "fresh process"]
     body = "\n".join(
         [
-            f"{n:,} WebGym-shaped steps, {k:,} samples; {machine_summary()}",
+            f"{n:,} WebGym-shaped steps, {k:,} samples, medians of {repeats} fresh buffers; "
+            f"{machine_summary()}",
             "",
             markdown_table(
                 [
                     "prompts written by",
+                    "read in",
                     "prompt chars/step",
                     f"open + draw {k:,}",
                     f"messages of {k:,} (cold)",
                     f"buffer[i] x {k:,} (cold)",
+                    f"DataLoader, batches of 32, {k:,} (cold)",
                     "raw_prompt byte for byte",
                 ],
                 rows,
             ),
             "",
-            f"WebGym-formatted / compact, messages: {ratio:.2f}x; goal <= 5 ms per 1,000 cold: "
-            + ("**met**" if results["webgym"]["read"] <= 5e-3 else "**not met**"),
+            *verdicts,
+            "- goal <= 5 ms per 1,000 cold (fresh process), WebGym-formatted messages: "
+            + ("**met**" if fresh["read"] <= 5e-3 else "**not met**")
+            + "; DataLoader (batches of 32): "
+            + ("**met**" if fresh["loader"] <= 5e-3 else "**not met**")
+            + "; buffer[i] one by one: "
+            + ("**met**" if fresh["items"] <= 5e-3 else "**not met**"),
         ]
     )
     print(body)

@@ -107,6 +107,41 @@ def test_samples_come_from_the_texts_alone(chat_store, monkeypatch) -> None:
     assert buffer[3]["action"] == trajectories[0][3]["response"].raw_response
 
 
+def test_a_data_loader_with_batches_reads_each_batch_at_once(chat_store, monkeypatch) -> None:
+    """``DataLoader(buffer, batch_size=...)`` calls ``__getitems__`` once per batch: the
+    samples ``buffer[i]`` gives, read many at once (never one by one)."""
+    from torch.utils.data import DataLoader
+
+    root, _ = chat_store
+    buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
+    order = [7, 0, -1, 31, 7, 12, 5, 47, 2]
+    one_by_one = [buffer[i] for i in order]
+    many_calls: list[list[int]] = []
+    read_many = buffer._sample_parts_many
+    assert read_many is not None
+
+    def counted(positions: list[int]) -> Any:
+        many_calls.append(list(positions))
+        return read_many(positions)
+
+    monkeypatch.setattr(buffer, "_sample_parts_many", counted)
+    monkeypatch.setattr(buffer, "_sample", _no_frames)  # the one-by-one path
+    loader = DataLoader(buffer, batch_size=4, sampler=order, collate_fn=list)
+    batches = list(loader)
+    assert [len(b) for b in batches] == [4, 4, 1]
+    assert [s for b in batches for s in b] == one_by_one
+    assert len(many_calls) == 3 and many_calls[0][2] == len(buffer) - 1  # -1: the last
+    assert buffer.__getitems__([]) == []
+    with pytest.raises(IndexError, match="sample index 48 out of range for a buffer of 48"):
+        buffer.__getitems__([0, 48])
+    with pytest.raises(IndexError, match="sample index -49 out of range"):
+        buffer.__getitems__([-49])
+    with pytest.raises(TypeError, match="buffer indices must be integers, got float"):
+        buffer.__getitems__([1, 2.0])
+    with pytest.raises(TypeError, match="got bool"):
+        buffer.__getitems__([True])
+
+
 def _no_frames(*args: Any) -> bytes:
     raise AssertionError("a sample decoded a frame")
 

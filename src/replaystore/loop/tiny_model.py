@@ -389,10 +389,11 @@ def train_on_segments(
     label: str,
     batch: int = 16,
     max_tokens: int = 160,
+    lr: float = 2e-3,
 ) -> list[float]:
     """Train ``model`` ``steps`` steps on examples from ``segments()`` (each a list of
     ``(text, is_target)``; loss on the targets only), packed up to ``max_tokens`` a row;
-    AdamW, lr 2e-3 with ``warmup`` warm-up steps then cosine down to a tenth. The loss
+    AdamW at ``lr`` with ``warmup`` warm-up steps then cosine down to a tenth. The loss
     every 50 steps goes to stderr as ``{label} step N/steps``. Returns each step's loss."""
     import math
 
@@ -417,7 +418,7 @@ def train_on_segments(
             rows.append((ids[:max_tokens], labels[:max_tokens]))
         return _padded(rows, tokenizer.pad_token_id)
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
 
     def rate(step: int) -> float:
         if step < warmup:
@@ -436,7 +437,7 @@ def train_on_segments(
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(loss.item())
         if step % 50 == 0 or step == steps - 1:
             sys.stderr.write(f"{label} step {step + 1}/{steps}: loss {losses[-1]:.4f}\n")
             sys.stderr.flush()

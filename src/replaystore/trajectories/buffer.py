@@ -512,6 +512,35 @@ class ReplayBuffer(Dataset):
             raise IndexError(f"sample index {i} out of range for a buffer of {n} samples")
         return self._sample(self._view.item(i))  # .item: a plain int, no NumPy scalar
 
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Samples ``indices`` of the view, in order: ``[buffer[i] for i in indices]``.
+
+        A torch ``DataLoader`` with a ``batch_size`` calls this once per batch instead of
+        ``buffer[i]`` per index, so a file-backed buffer reads and parses each batch's
+        prompts together (the path ``get_training_samples`` takes). The samples are those
+        ``buffer[i]`` gives, one by one.
+
+        Raises:
+            TypeError: an index is not an integer.
+            IndexError: an index is out of range (the first such is named; nothing read).
+            TrajectoryError: a step's prompt is malformed or cannot be built.
+        """
+        wanted = np.asarray(indices)
+        if wanted.size == 0:
+            return []
+        if wanted.dtype.kind not in "iu" or wanted.ndim != 1:
+            bad = next(
+                (i for i in indices if isinstance(i, bool) or not isinstance(i, (int, np.integer))),
+                indices,
+            )
+            raise TypeError(f"buffer indices must be integers, got {type(bad).__name__}")
+        n = self._view.size
+        outside = (wanted < -n) | (wanted >= n)
+        if outside.any():
+            i = int(wanted[int(np.argmax(outside))])
+            raise IndexError(f"sample index {i} out of range for a buffer of {n} samples")
+        return list(self._iter_samples(self._view[wanted], False))
+
     def __iter__(self) -> Iterator[dict[str, Any]]:
         yield from self._iter_samples(self._view, False)
 
