@@ -130,7 +130,7 @@ def test_a_data_loader_with_batches_reads_each_batch_at_once(chat_store, monkeyp
     batches = list(loader)
     assert [len(b) for b in batches] == [4, 4, 1]
     assert [s for b in batches for s in b] == one_by_one
-    assert len(many_calls) == 3 and many_calls[0][2] == len(buffer) - 1  # -1: the last
+    assert len(many_calls) == 3 and many_calls[0][2] == int(buffer._view[-1])  # -1: the last
     assert buffer.__getitems__([]) == []
     with pytest.raises(IndexError, match="sample index 48 out of range for a buffer of 48"):
         buffer.__getitems__([0, 48])
@@ -140,6 +140,8 @@ def test_a_data_loader_with_batches_reads_each_batch_at_once(chat_store, monkeyp
         buffer.__getitems__([1, 2.0])
     with pytest.raises(TypeError, match="got bool"):
         buffer.__getitems__([True])
+    with pytest.raises(TypeError, match="takes a sequence of indices, got int"):
+        buffer.__getitems__(3)  # type: ignore[arg-type]
 
 
 def _no_frames(*args: Any) -> bytes:

@@ -526,12 +526,15 @@ class ReplayBuffer(Dataset):
             TrajectoryError: a step's prompt is malformed or cannot be built.
         """
         wanted = np.asarray(indices)
+        if wanted.ndim != 1:
+            raise TypeError(
+                f"buffer.__getitems__ takes a sequence of indices, got {type(indices).__name__}"
+            )
         if wanted.size == 0:
             return []
-        if wanted.dtype.kind not in "iu" or wanted.ndim != 1:
+        if wanted.dtype.kind not in "iu":
             bad = next(
-                (i for i in indices if isinstance(i, bool) or not isinstance(i, (int, np.integer))),
-                indices,
+                i for i in indices if isinstance(i, bool) or not isinstance(i, (int, np.integer))
             )
             raise TypeError(f"buffer indices must be integers, got {type(bad).__name__}")
         n = self._view.size
