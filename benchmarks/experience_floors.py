@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, help="Markdown file whose generated part to replace")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
     n = 10_000 if args.quick else 100_000
     peer = load_aworld(args.aworld_src) if args.aworld_src else fallback_peer()
     rows_of = {
@@ -172,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
                 gc.collect()
                 floor = sqlite_floor(Path(tmp) / f"floor-{kind}-{round_}.sqlite", rows)
                 gc.collect()
-                mine = ours(SqliteStorage(Path(tmp) / f"ours-{kind}-{round_}.sqlite"), rows)
+                store = SqliteStorage(Path(tmp) / f"ours-{kind}-{round_}.sqlite")
+                mine = ours(store, rows)
+                store.close()
+                for used in Path(tmp).glob("*.sqlite*"):  # the next round's files are fresh
+                    used.unlink()
                 rounds.setdefault(("sqlite", kind), []).append((mine, floor))
                 if url is not None:
                     from replaystore.experience import PostgresStorage
@@ -229,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                     "ours rows/s",
                     "plain driver rows/s",
                     "ours / floor",
-                    "each round's ratio",
+                    "the rounds' ratios, sorted",
                 ],
                 table,
             ),

@@ -85,8 +85,10 @@ def _median(values: list[float]) -> float:
 
 
 def measure_once(root: Path, k: int, seed: int) -> dict[str, float]:
-    """One cold measurement: open + draw, the messages of the draw, then ``buffer[i]`` of
-    ``k`` random indices on a second freshly opened buffer (seconds each)."""
+    """One cold measurement (seconds each): open + draw, the messages of the draw;
+    ``buffer[i]`` of ``k`` random indices on a second freshly opened buffer; the same
+    indices through a ``DataLoader`` (batches of 32) over a third; and that loader over
+    a dataset of indices (the loader's own work)."""
     gc.collect()
     start = time.perf_counter()
     buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
