@@ -5,10 +5,12 @@
 
 Runs in the LLaMA-Factory tool environment (``bash .ci/install-loop-tools``; it has
 ``transformers``), like ``replaystore.loop.tiny_model``, whose tokenizer, model settings
-and batching it uses. A tiny Qwen2 (hidden 256; 2 layers, ``--layers``) is trained from scratch on
-synthetic pages of 2-9 lines whose names are words of the corpus's tokenizer, asked for up
-to four lines per page, and scored on 300 fresh pages: the share whose id it completes
-exactly (greedy). Layouts:
+and batching it uses. A tiny Qwen2 (hidden 256; 2 layers, ``--layers``) is trained from
+scratch on synthetic pages of 2-9 lines whose names are words of the corpus's tokenizer
+(``--names made-up``: 1-3 words, some capitalised or ending in a mark, as the pre-training's;
+``--names single``: one vocabulary word each, distinct on the page), asked for up to four
+lines per page, and scored on 300 fresh pages: the share whose id it completes exactly
+(greedy). Layouts:
 
 * ``A``: ``button 'Cancel' id=6``, asked ``Target: button 'Cancel' id=`` (the page text's
   layout, ``replaystore.rollouts.page_text``). The token before every id is ``=``.
@@ -49,11 +51,16 @@ def _answer(layout: str, ident: int) -> str:
     return f"{ident}\n" if layout == "A" else f" {ident}'\n"
 
 
-def _page(rng: random.Random, words: list[str]) -> tuple[list[str], list[str], list[int]]:
+def _page(
+    rng: random.Random, words: list[str], single: bool = False
+) -> tuple[list[str], list[str], list[int]]:
     n = rng.randint(2, 9)
     ids = rng.sample(range(1, 60), n)
     roles = [rng.choice(tiny_model._ROLES) for _ in range(n)]
-    names = [tiny_model._made_up_name(rng, words) for _ in range(n)]
+    if single:  # one vocabulary word each, as it is, distinct on the page
+        names = rng.sample(words, n)
+    else:
+        names = [tiny_model._made_up_name(rng, words) for _ in range(n)]
     return roles, names, ids
 
 
@@ -66,6 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument(
+        "--names",
+        choices=("made-up", "single"),
+        default="made-up",
+        help="made-up: 1-3 words, some capitalised or ending in a mark (the default); "
+        "single: one vocabulary word as it is, distinct on the page",
+    )
     args = parser.parse_args(argv)
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
@@ -92,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed + 1)
 
     def segments() -> list[tuple[str, bool]]:
-        roles, names, ids = _page(rng, words)
+        roles, names, ids = _page(rng, words, args.names == "single")
         page = "\n".join(_line(layout, *x) for x in zip(roles, names, ids, strict=True))
         out = [(page + "\n", False)]
         for k in rng.sample(range(len(ids)), min(len(ids), 4)):
@@ -113,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     check = random.Random(7)
     rows = []
     for _ in range(300):
-        roles, names, ids = _page(check, words)
+        roles, names, ids = _page(check, words, args.names == "single")
         k = check.randrange(len(ids))
         page = "\n".join(_line(layout, *x) for x in zip(roles, names, ids, strict=True))
         prompt = f"{page}\n{_query(layout, roles[k], names[k])}"
@@ -124,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     wrong = (guess[:, :-1] != target[:, 1:]) & (target[:, 1:] != -100)
     right = int((~wrong.any(dim=1)).sum())
     print(
-        f"RESULT layout {layout}, {args.layers} layers, lr {args.lr:g}, batch {args.batch}: "
+        f"RESULT layout {layout}, {args.names} names, {args.layers} layers, lr {args.lr:g}, "
+        f"batch {args.batch}: "
         f"{args.steps} steps, {right}/300 = {right / 300:.1%} of fresh "
         f"pages' ids exact, {time.time() - started:.0f} s"
     )
