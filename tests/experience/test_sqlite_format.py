@@ -303,7 +303,7 @@ def test_one_row_stores_from_four_processes_keep_rows_tasks_keys_and_count_exact
     import multiprocessing
 
     path = tmp_path / "four.sqlite"
-    SqliteStorage(path, cap)
+    SqliteStorage(path, cap).close()  # no connection of this process across the fork
     procs = [
         multiprocessing.Process(target=_one_row_writer, args=(str(path), w, 250, cap))
         for w in range(4)
@@ -522,3 +522,48 @@ def test_a_duplicate_id_on_the_booked_path_is_refused_and_stores_nothing(tmp_pat
     assert _tables(path) == before
     store.add(row(3, "t0"))
     assert store.size() == 4
+
+
+class _FailingFirstPragma:
+    """A connection whose first ``PRAGMA journal_mode`` fails with SQLite's I/O error (as
+    one of four processes opening a new store at once saw in CI), then works."""
+
+    def __init__(self, conn: sqlite3.Connection, fail: bool) -> None:
+        self._conn, self._fail = conn, fail
+
+    def execute(self, sql: str, *args: object) -> sqlite3.Cursor:
+        if self._fail and sql.startswith("PRAGMA journal_mode"):
+            self._fail = False
+            raise sqlite3.OperationalError("disk I/O error")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._conn, name)
+
+
+@pytest.mark.parametrize("failures", [2, 10])
+def test_an_io_error_while_opening_is_retried_on_a_new_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failures: int
+) -> None:
+    from replaystore.experience.storage.sqlite import storage as storage_module
+
+    path = tmp_path / "s.sqlite"
+    SqliteStorage(path).close()  # the file exists, in WAL mode
+    opened: list[int] = []
+    real = storage_module.SqliteStorage._open_connection
+
+    def flaky(self: SqliteStorage) -> object:
+        opened.append(1)
+        return _FailingFirstPragma(real(self), fail=len(opened) <= failures)
+
+    monkeypatch.setattr(storage_module.SqliteStorage, "_open_connection", flaky)
+    retries = storage_module._OPEN_IO_RETRIES
+    if failures <= retries:
+        store = SqliteStorage(path)
+        store.add(row(1, "t1"))
+        assert store.size() == 1 and len(opened) == failures + 1
+        store.close()
+    else:
+        with pytest.raises(StorageError, match=r"cannot initialise SQLite store .*disk I/O error"):
+            SqliteStorage(path)
+        assert len(opened) == retries + 1  # then it reports the error

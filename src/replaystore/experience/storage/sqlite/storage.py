@@ -95,6 +95,19 @@ _CHUNK = 500  # bound parameters per IN (...) list, well under SQLite's limit
 _DAMAGED_CODES = (11, 26)
 
 
+# Times an I/O error while a connection sets the store up is retried with a new
+# connection (20, 40, 80 ms apart) before it is reported.
+_OPEN_IO_RETRIES = 3
+
+
+def _is_io_error(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLite's ``SQLITE_IOERR`` (any of its extended codes)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF == 10
+    return "disk I/O error" in str(exc)
+
+
 def _is_damage(exc: sqlite3.Error) -> bool:
     """Whether ``exc`` reports a damaged or foreign file (not a lock, constraint or SQL error)."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -230,15 +243,9 @@ class SqliteStorage(PicklesSettings, Storage):
         self._guard()
         if self._conn is not None:
             return self._conn
-        try:
-            conn = sqlite3.connect(
-                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as exc:
-            raise StorageError(f"cannot open SQLite store {self.path}: {exc}") from exc
-        conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-        conn.create_function(ID_HASH_SQL, 1, id_hash, deterministic=True)
+        conn = self._open_connection()
         deadline = time.monotonic() + self.timeout
+        io_retries = 0
         while True:
             try:
                 mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -273,6 +280,14 @@ class SqliteStorage(PicklesSettings, Storage):
                     time.sleep(0.01)
                     continue
                 conn.close()
+                if _is_io_error(exc) and io_retries < _OPEN_IO_RETRIES:
+                    # Seen once in CI: "disk I/O error" on the first PRAGMA of one of four
+                    # processes opening the same new WAL store at once. Nothing is written
+                    # before that point; a fresh connection a moment later opened it.
+                    time.sleep(0.02 * 2**io_retries)
+                    io_retries += 1
+                    conn = self._open_connection()
+                    continue
                 raise StorageError(f"cannot initialise SQLite store {self.path}: {exc}") from exc
             except sqlite3.DatabaseError as exc:
                 conn.close()
@@ -288,6 +303,18 @@ class SqliteStorage(PicklesSettings, Storage):
         self._booked.clear()
         self._booked_version = None
         self._conn = conn
+        return conn
+
+    def _open_connection(self) -> sqlite3.Connection:
+        """A new connection to the file, with the busy timeout and the id-hash function."""
+        try:
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open SQLite store {self.path}: {exc}") from exc
+        conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+        conn.create_function(ID_HASH_SQL, 1, id_hash, deterministic=True)
         return conn
 
     def close(self) -> None:
