@@ -176,7 +176,9 @@ class SqliteStorage(PicklesSettings, Storage):
     match (see :meth:`query_plan`); other conditions scan the table once.
 
     Raises:
-        StorageError: the file cannot be opened or is not a replaystore database.
+        StorageError: the file cannot be opened or is not a replaystore database (an I/O
+            error while a connection sets the store up is retried on a new connection,
+            three times, before it is reported).
         ConfigError: a bad ``max_capacity``, ``eviction``, ``decoders`` or ``synchronous``.
     """
 
