@@ -284,8 +284,8 @@ class SqliteStorage(PicklesSettings, Storage):
                 conn.close()
                 if _is_io_error(exc) and io_retries < _OPEN_IO_RETRIES:
                     # Seen once in CI: "disk I/O error" on the first PRAGMA of one of four
-                    # processes opening the same new WAL store at once. Nothing is written
-                    # before that point; a fresh connection a moment later opened it.
+                    # processes opening the same store at once (cause not found). Nothing
+                    # is written before that point, so a fresh connection may try again.
                     time.sleep(0.02 * 2**io_retries)
                     io_retries += 1
                     conn = self._open_connection()
