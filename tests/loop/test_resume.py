@@ -194,7 +194,10 @@ def test_loop_killed_at_every_stage_resumes_to_one_clean_run(tmp_path, chromium)
     assert trainings(all_calls, "done") == {"000.partial": 1, "001.partial": 1, "002.partial": 1}
     assert trainings(all_calls, "start") == {"000.partial": 2, "001.partial": 1, "002.partial": 1}
     served = [Path(c["model"]).name for c in all_calls if c["tool"] == "serve"]
-    assert served == ["000", "000", "001"]  # iteration 1's killed serve, its retry, iteration 2
+    # Iteration 1's killed serve and its retry, then iteration 2's: once, or twice when the
+    # kill at (d) came after that serve had started (the poll for checkpoints/001 can see it
+    # late on a loaded machine: CI met ["000", "000", "001", "001"] once).
+    assert served in (["000", "000", "001"], ["000", "000", "001", "001"]), served
     assert all(c["name"] == "policy" for c in all_calls if c["tool"] == "serve")
 
     summary = json.loads((out / "summary.json").read_text())
