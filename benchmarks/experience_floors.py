@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -134,10 +135,6 @@ def postgres_floor(url: str, schema: str, rows: list[Any]) -> float:
     return len(rows) / elapsed
 
 
-def _median(values: list[float]) -> float:
-    return sorted(values)[len(values) // 2]
-
-
 def ours(store: Any, rows: list[Any]) -> float:
     buffer = ReplayBuffer(store, seed=0)
     start = time.perf_counter()
@@ -195,9 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     for key, pairs in rounds.items():
         ratios = sorted(mine / floor for mine, floor in pairs)
         results[key] = (
-            _median([mine for mine, _ in pairs]),
-            _median([floor for _, floor in pairs]),
-            _median(ratios),
+            median([mine for mine, _ in pairs]),
+            median([floor for _, floor in pairs]),
+            median(ratios),
             ratios,
         )
     for (storage, kind), (mine, floor, ratio, ratios) in results.items():
