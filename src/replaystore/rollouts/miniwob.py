@@ -85,7 +85,12 @@ EXPERT_TASKS: tuple[str, ...] = (
     "navigate-tree",
 )
 #: Four easy tasks: the quick MiniWoB++ loop's (``replaystore demo --quick --part miniwob``).
-QUICK_TASKS: tuple[str, ...] = ("click-button", "click-link", "enter-text", "focus-text-2")
+#: Each goal names its target by a label or a position drawn from a few (button ONE or TWO,
+#: the dialog's Cancel, OK or x, Tab #1-#3, the 1st-3rd textbox) while the page draws
+#: everything else afresh per seed; the tiny model learns that mapping in one trained
+#: iteration. Copying a name it has never seen from the goal (click-button, click-link,
+#: enter-text) it does not learn at this size and budget (docs/loop.md, "MiniWoB++").
+QUICK_TASKS: tuple[str, ...] = ("click-test-2", "click-dialog-2", "click-tab", "focus-text-2")
 #: What the page text leaves out: the goal line (the prompt's ``Task:`` says it) and
 #: the human display.
 OBSERVATION_SKIP = "#query, #reward-display, #click-canvas, #sync-task-cover"
