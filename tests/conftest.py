@@ -54,7 +54,7 @@ def _starts_ray(item: pytest.Item) -> bool:
 # them). A file missing here keeps its place.
 _LONGEST_FIRST = (
     # the slow step's (seconds on 2 loaded cores: 202, 138, 62, 49, 37, 35, 34, 25, 19)
-    "demos/test_loop_demo.py",
+    "demos/test_miniwob_demo.py",
     "loop/test_lora_training.py",
     "demos/test_quick_demo.py",
     "rollouts/test_miniwob_experts.py",

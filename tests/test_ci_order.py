@@ -31,13 +31,13 @@ def test_long_files_go_first_and_ray_files_last_keeping_the_rest_in_place() -> N
         "tests/loop/test_lora_training.py",
         "tests/test_sampling.py",
         "tests/distributed/test_buffer_privacy.py",
-        "tests/demos/test_loop_demo.py",
+        "tests/demos/test_miniwob_demo.py",
         "tests/test_docs.py",
     ]
     items = [_item(n) for n in names]
     pytest_collection_modifyitems(SimpleNamespace(), items)  # type: ignore[arg-type]
     assert [i.nodeid for i in items] == [
-        "tests/demos/test_loop_demo.py",
+        "tests/demos/test_miniwob_demo.py",
         "tests/loop/test_lora_training.py",
         "tests/test_atomic.py",
         "tests/test_sampling.py",

@@ -1,20 +1,31 @@
-"""The ``miniwob`` demo part: its configurations and its skip line (fast).
+"""The ``miniwob`` demo part: its configurations and its skip line (fast), and the quick
+run with the real tools (slow): CI's one learning test.
 
-The loop it runs is tested end to end with the fake tools in
-tests/loop/test_miniwob_loop.py; with the real tools it is a benchmark
-(``benchmarks/miniwob_loop.py``), not a CI test: its quick form takes about 9 min on
-2 idle cores, over CI's slow-step budget (issue 37's closing note)."""
+The quick run (module fixture, marked slow) is ``replaystore demo --quick --part
+miniwob``: the experts' demonstrations on training seeds, LLaMA-Factory trains the tiny
+model, vLLM serves it, and the model acts alone on held-out seeds it never trained on,
+scored by the pages' own reward. The same protocol with stand-in tools is a fast test
+(tests/loop/test_miniwob_loop.py). The checks on the served side run in the vLLM
+environment on this run's checkpoint, without a second server start.
+"""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from cli_runner import run_cli
 from replaystore.demos import OPT_IN_PARTS, PARTS
 from replaystore.demos.miniwob import full_config, quick_config, run, summary_lines
 from replaystore.loop import LoopConfig
+from replaystore.loop.tools import checkpoint_weights
 from replaystore.rollouts.miniwob import EXPERT_TASKS, QUICK_TASKS, parse_task_names
+from replaystore.rollouts.outcomes import TEXT_ONLY_MODEL
+from replaystore.trajectories.storage import TrajectoryStorage
 
 pytest.importorskip("miniwob", reason="the miniwob extra brings the MiniWoB++ pages")
 
@@ -75,3 +86,174 @@ def test_summary_lines_say_what_acted_and_where_it_was_measured(tmp_path: Path) 
     assert lines[3].startswith("iteration 0: experts (demonstrations): held-out 100%")
     assert lines[4].startswith("iteration 1: model checkpoints/000: held-out 50%")
     assert lines[-1] == f"measured: {tmp_path / 'summary.json'}"
+
+
+@pytest.fixture(scope="module")
+def quick_run(
+    tmp_path_factory: pytest.TempPathFactory, real_tools: Any, chromium: str | None
+) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("demo")
+    # CI runs this beside the other xdist worker's tests on 2 cores: one OpenMP thread per
+    # child process keeps the trainer near its single-core speed (with one thread per core
+    # its threads wait on each other while the other core is busy).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        result = run_cli("demo", "--quick", "--part", "miniwob", "--out", out)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SKIPPED" not in result.stdout, result.stdout  # the tools and a browser were found
+    return out / "miniwob", result.stdout
+
+
+def _episodes(root: Path) -> list[tuple[str, int, float, dict[str, Any]]]:
+    """``(task, seed, reward, evaluation)`` of every trajectory stored under ``root``."""
+    storage = TrajectoryStorage(root)
+    rows = []
+    for file in storage.files():
+        for trajectory in storage.read_file(file):
+            reference = trajectory[0]["observation"].task.evaluator_reference
+            reward = trajectory[-1]["reward"]
+            rows.append(
+                (reference["miniwob"], reference["seed"], reward.reward, reward.evaluation or {})
+            )
+    return rows
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(720)
+def test_the_trained_model_succeeds_on_held_out_seeds(quick_run: tuple[Path, str]) -> None:
+    """Issue 37's CI goal: the model trained on the experts' demonstrations reaches a
+    held-out mean of at least 0.6 (measured 0.95 on 2 idle cores, 2026-11-28; the
+    untrained model 0, a policy that always clicks the first element about 0.35:
+    tests/rollouts/test_miniwob.py), every figure from the pages' own reward."""
+    out, stdout = quick_run
+    summary = json.loads((out / "summary.json").read_text())
+    rows = summary["iterations"]
+    assert [r["policy"] for r in rows] == ["demonstrations", "model"]
+    assert rows[1]["checkpoint"] == "checkpoints/000"
+    experts, model = rows[0]["eval"], rows[1]["eval"]
+    untrained = summary["untrained"]["eval"]
+    for held in (experts, model, untrained):
+        assert held["seeds"] == "100000-100009" and held["episodes"] == 40
+        assert sorted(held["tasks"]) == sorted(QUICK_TASKS)
+    assert experts["mean"] >= 0.95, experts
+    assert model["mean"] >= 0.6, (model, untrained)
+    assert untrained["mean"] < model["mean"]
+    assert rows[0]["train_loss"]["last"] < rows[0]["train_loss"]["first"]
+    # Scored by the pages: every held-out episode's reward says so.
+    for _, _, reward, evaluation in _episodes(out / "heldout" / "storage"):
+        assert evaluation["source"] == "miniwob" and "raw_reward" in evaluation
+        assert reward == (1.0 if evaluation["raw_reward"] > 0 else 0.0)
+    assert (out / "learning_curve.png").stat().st_size > 0
+    assert f"untrained model: held-out {untrained['mean']:.0%}" in stdout
+    assert f"model checkpoints/000: held-out {model['mean']:.0%}" in stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(720)
+def test_training_and_held_out_seeds_never_overlap(quick_run: tuple[Path, str]) -> None:
+    out, _ = quick_run
+    trained = _episodes(out / "storage")
+    held = _episodes(out / "heldout" / "storage") + _episodes(out / "baseline" / "storage")
+    assert len(trained) == 4 * (5 * 6 + 5)  # demonstrations, then the model's iteration 1
+    assert len(held) == 3 * 40  # experts, model, untrained: 4 tasks x 10 seeds each
+    train_seeds = {seed for _, seed, _, _ in trained}
+    held_seeds = {seed for _, seed, _, _ in held}
+    assert held_seeds == set(range(100000, 100010))
+    assert train_seeds and not train_seeds & held_seeds
+    assert max(train_seeds) < 100000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(720)
+def test_each_trajectory_records_the_policy_and_checkpoint_that_produced_it(
+    quick_run: tuple[Path, str],
+) -> None:
+    out, _ = quick_run
+    trajectories = TrajectoryStorage(out / "storage").load_all()
+    policies = {
+        (t[-1]["trajectory_metadata"]["policy"], t[-1]["trajectory_metadata"]["checkpoint"])
+        for t in trajectories
+    }
+    assert policies == {("demonstrations", None), ("model", "checkpoints/000")}
+    prompts = [
+        json.loads(s["response"].raw_prompt)
+        for t in trajectories
+        for s in t
+        if s["response"].raw_prompt
+    ]
+    # Text observations: every message's content is a string (no image parts).
+    assert prompts and all(isinstance(m["content"], str) for p in prompts for m in p)
+
+
+def _run_in(python: Path, script: str, *args: str) -> str:
+    """The last line ``script`` prints, run by a tool environment's Python."""
+    done = subprocess.run(
+        [str(python), "-c", script, *args], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+#: Tokenized by both environments (numbers: ids, coordinates and a port).
+_PROBE = 'Task: 38043 @(151,189)\nURL: http://shop.localhost:41234/\nAction: click("72")'
+
+
+@pytest.fixture(scope="module")
+def served_side(quick_run: tuple[Path, str], real_tools: Any) -> dict[str, Any]:
+    """What the vLLM environment says, in one process (importing vLLM takes 10-15 s): the
+    token ids vLLM's server tokenizer gives the trained checkpoint for :data:`_PROBE`, and
+    whether vLLM's refusal of images for a text model still says ``<model> is not a
+    multimodal model``."""
+    script = (
+        "import inspect, json, sys; from vllm.tokenizers import get_tokenizer; "
+        "import vllm.multimodal.registry as r; t = get_tokenizer(sys.argv[1]); "
+        "print(json.dumps({'ids': t.encode(sys.argv[2], add_special_tokens=False), "
+        "'refusal': sys.argv[3] + '\"' in inspect.getsource(r)}))"
+    )
+    model = quick_run[0] / "checkpoints" / "000"
+    return json.loads(_run_in(real_tools.vllm_python, script, str(model), _PROBE, TEXT_ONLY_MODEL))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(720)
+def test_tiny_model_chat_template_is_chatml(quick_run: tuple[Path, str]) -> None:
+    model = quick_run[0] / "checkpoints" / "000"
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    template = config.get("chat_template") or (model / "chat_template.jinja").read_text()
+    assert "<|im_start|>" in template and "add_generation_prompt" in template
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(720)
+def test_vllm_tokenizes_prompts_exactly_as_the_training_environment(
+    quick_run: tuple[Path, str], real_tools: Any, served_side: dict[str, Any]
+) -> None:
+    """The two environments run different transformers (5.6 and 5.19): the served model
+    must see the token ids it was trained on, numbers (ids, ports) included.
+
+    vLLM's server tokenizes with ``vllm.tokenizers.get_tokenizer``; it is called in the
+    vLLM environment on the checkpoint the loop trained (and served in its iteration 1),
+    without a second server start (a minute of CI's budget)."""
+    model = quick_run[0] / "checkpoints" / "000"
+    assert checkpoint_weights(model)
+    trainer_side = (
+        "import json, sys; from transformers import AutoTokenizer; "
+        "t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+        "print(json.dumps(t.encode(sys.argv[2], add_special_tokens=False)))"
+    )
+    trained = _run_in(real_tools.train_python, trainer_side, str(model), _PROBE)
+    assert served_side["ids"] == json.loads(trained)
+    assert len(served_side["ids"]) > 10
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(720)
+def test_vllm_refuses_images_for_a_text_model_with_the_words_rollouts_look_for(
+    served_side: dict[str, Any],
+) -> None:
+    """A screenshot rollout against a text-only model is one line and exit status 2
+    (``tests/rollouts/test_collector_cli.py``, against a server that answers as vLLM
+    does). That test's premise is checked here against the installed vLLM: its refusal
+    still says ``<model> is not a multimodal model`` (the f-string vLLM raises:
+    ``f"{model_name} is not a multimodal model"``)."""
+    assert served_side["refusal"] is True

@@ -51,8 +51,10 @@ def quick_config() -> dict[str, Any]:
         "tasks": "miniwob:quick",
         "iterations": 2,
         "seeds_per_iteration": 5,
-        # The four quick tasks take one step: a lost model stops after four.
-        "rollout": {**_COMMON["rollout"], "max_steps": {"easy": 4}},
+        # The four quick tasks take one step, and a wrong click ends the episode: two
+        # steps leave room for one reply that was no action, and keep the untrained
+        # model's rollout (every reply cut at max_tokens) to two replies an episode.
+        "rollout": {**_COMMON["rollout"], "max_steps": {"easy": 2}},
         "bootstrap": {**_COMMON["bootstrap"], "repeats": 6},
         "evaluation": {"seeds": "100000-100009"},
         "model": {
