@@ -43,8 +43,9 @@ def quick_config() -> dict[str, Any]:
 
     Demonstrations from 30 training seeds of each task (5 seeds x 6 repeats), 20 epochs
     (300 steps of 8), warm-up over the first 8%. What the number of steps does, measured
-    offline on the same 120 demonstrations and held-out prompts (2026-11-28, 2-core CPU):
-    150 steps gave 65% of held-out actions right, 300 steps 91%.
+    offline on 120 such demonstrations and the experts' held-out prompts
+    (``benchmarks/miniwob_action_probe.py``, 2026-11-28, 2-core CPU): 150 steps gave 65%
+    of held-out actions right, 300 steps 91%.
     """
     return {
         **_COMMON,
