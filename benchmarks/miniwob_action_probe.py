@@ -26,13 +26,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
-
-_PAGE = re.compile(r"miniwob/([a-z0-9-]+)\.html")
 
 
 def extract(storage_dir: Path, out: Path) -> int:
