@@ -94,6 +94,9 @@ def test_a_kto_adapter_then_an_sft_one_trained_on_from_it_served_without_a_resta
     assert serve[2]["seconds"] < 5 < serve[1]["seconds"], serve
     started = (run / "logs" / "serve-001.log").read_text()
     assert "--enable-lora --max-lora-rank 8 --max-loras 1" in started
+    # serve.env's default VLLM_ENABLE_V1_MULTIPROCESSING=0: the engine core runs the model
+    # (and its LoRA adapters) itself; no third process importing vLLM again.
+    assert "(EngineCore pid=" in started and "VllmWorker" not in started
     assert (
         "Success: LoRA adapter 'policy-000' added successfully"
         in (run / "logs" / "lora-001.log").read_text()
