@@ -72,6 +72,20 @@ def test_find_chromium_rejects_a_bad_override(monkeypatch: pytest.MonkeyPatch) -
         find_chromium()
 
 
+def test_find_chromium_takes_the_headless_shell_for_headless_launches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("chromium", "chromium-headless-shell"):
+        (tmp_path / name).write_text("#!/bin/sh\n")
+        (tmp_path / name).chmod(0o755)
+    monkeypatch.delenv("REPLAYSTORE_CHROMIUM", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert find_chromium() == str(tmp_path / "chromium-headless-shell")
+    assert find_chromium(headless=False) == str(tmp_path / "chromium")  # a window to watch
+    (tmp_path / "chromium-headless-shell").unlink()
+    assert find_chromium() == str(tmp_path / "chromium")
+
+
 def test_pool_reuses_contexts_and_clears_cookies_and_storage(
     browser: Any, suite: LocalSuite
 ) -> None:
