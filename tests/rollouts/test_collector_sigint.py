@@ -37,13 +37,18 @@ from replaystore.trajectories.storage import TrajectoryStorage
 out = Path(sys.argv[1])
 chromium = sys.argv[2] or None
 QUICK = set(sys.argv[3].split(","))
+WIND_DOWN_S = float(sys.argv[4])  # how long a cut request takes to end
 
 class Policy:
     async def respond(self, request):
         if request.task.task_id in QUICK:
             return '<think>done</think>\nAction: answer("x")'
         (out / f"stalled-{request.task.task_id}").touch()
-        await asyncio.sleep(120)
+        try:
+            await asyncio.sleep(120)
+        except asyncio.CancelledError:
+            await asyncio.sleep(WIND_DOWN_S)  # a request that takes a while to end
+            raise
         return '<think>late</think>\nAction: answer("y")'
     async def aclose(self):
         pass
@@ -99,12 +104,16 @@ def _wait_for(paths: list[Path], proc: subprocess.Popen[str], limit_s: float) ->
         time.sleep(0.05)
 
 
-def _start(tmp_path: Path, chromium: str | None, *, group: bool = False) -> subprocess.Popen[str]:
-    """The child, once its quick tasks are evaluated and the others wait on the model."""
+def _start(
+    tmp_path: Path, chromium: str | None, *, group: bool = False, wind_down_s: float = 0.0
+) -> subprocess.Popen[str]:
+    """The child, once its quick tasks are evaluated and the others wait on the model
+    (a cut request of theirs takes ``wind_down_s`` to end)."""
     script = tmp_path / "child.py"
     script.write_text(CHILD, encoding="utf-8")
+    args = [str(script), str(tmp_path), chromium or "", ",".join(QUICK), str(wind_down_s)]
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path), chromium or "", ",".join(QUICK)],
+        [sys.executable, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -150,13 +159,18 @@ def test_sigint_mid_iteration_keeps_every_finished_trajectory(
 def test_two_ctrl_c_50_ms_apart_keep_every_finished_trajectory(
     chromium: str | None, tmp_path: Path
 ) -> None:
-    proc = _start(tmp_path, chromium)
+    # The cut tasks' requests take 2 s to end, so the second Ctrl-C comes while the
+    # collector waits for them (with requests that end at once, on Chromium's headless
+    # shell the whole interrupted iteration is stored and over in under 50 ms, and the
+    # second Ctrl-C is the caller's: a KeyboardInterrupt after run_iteration returned).
+    proc = _start(tmp_path, chromium, wind_down_s=2.0)
     proc.send_signal(signal.SIGINT)
     time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = _finish(proc)
     assert proc.returncode == 130, (stdout, stderr)
     assert "Traceback" not in stderr, stderr
+    assert "Ctrl-C again: not waiting for the cut tasks" in stderr, stderr
     _assert_only_the_finished_were_saved(tmp_path)
 
 
