@@ -71,7 +71,7 @@ _RESET_TIMEOUT_S = 10.0
 _CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 #: Chromium's headless shell (Debian's ``chromium-headless-shell``, the browser Playwright
-#: itself launches for headless work): no window system, no GPU process. A MiniWoB++
+#: itself launches for headless work): Chromium without its window system. A MiniWoB++
 #: rollout of 30 episodes with 4 contexts on 2 cores took 20-21 s and 5 s of browser CPU
 #: with it against 53-60 s and 16 s with ``chromium --headless`` (2026-11-28,
 #: alternating, two runs each).
