@@ -55,9 +55,8 @@ def quick_config() -> dict[str, Any]:
         # The four quick tasks take one step, and a wrong click ends the episode: two
         # steps leave room for one reply that was no action, and keep the untrained
         # model's rollout (every reply cut at max_tokens) to two replies an episode.
-        # Eight browser contexts: the model's episodes wait on vLLM, which answers eight
-        # requests at once about as fast as four (the whole run as CI runs it: 412 s
-        # against 438 s with four, the same held-out figures; 2026-11-28).
+        # Eight browser contexts: the whole run as CI runs it took 412 s against 438 s
+        # with four, the same held-out figures (2026-11-28, on `chromium --headless`).
         "rollout": {**_COMMON["rollout"], "max_steps": {"easy": 2}, "workers": 8},
         "bootstrap": {**_COMMON["bootstrap"], "repeats": 6},
         "evaluation": {"seeds": "100000-100009"},
