@@ -130,6 +130,27 @@ def test_element_actions_fill_select_click_and_press_by_id(browser: Any) -> None
     assert _line(got["text"], "checkbox", "Agree").endswith("checked")
 
 
+def test_a_click_on_a_button_half_covered_lands_on_the_part_that_shows(browser: Any) -> None:
+    """Playwright clicks the centre and waits while another element covers it; the click
+    action clicks a visible part of the element instead, at once (the cover is not hit)."""
+
+    async def body(page: Any) -> dict[str, Any]:
+        await page.set_content(
+            "<button id=b style='position:absolute;left:10px;top:10px;width:80px;height:30px'"
+            " onclick='hits.push(\"button\")'>ONE</button>"
+            "<div style='position:absolute;left:40px;top:0;width:100px;height:60px'"
+            " onclick='hits.push(\"cover\")'>cover</div><script>var hits = [];</script>"
+        )
+        element = next(e for e in parse_page_text(await page_text(page)) if e.name == "ONE")
+        outcome = await execute_action(
+            page, parse_action(f'click("{element.element_id}")'), settle_s=0.0
+        )
+        return {"error": outcome.error, "hits": await page.evaluate("hits")}
+
+    got = _with_page(browser, body)
+    assert got == {"error": None, "hits": ["button"]}
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

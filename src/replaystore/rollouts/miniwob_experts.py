@@ -13,8 +13,10 @@ Measured with :func:`play` on seeds 60000-60199 (200 per task, 4 workers): 16 ta
 100%; click-widget 89.5% and navigate-tree 84.0%, which the page text cannot decide (a
 textarea and a text input are both ``textbox``, a closed folder and a file both
 clickable text): there the expert guesses, and it uses ``multiline`` / ``collapsed``
-states when the page text has them (with them both reach 100%). A button covered by
-another (click-test-2, 1 seed in 10) gets ``press(id, "Enter")`` after its click fails.
+states when the page text has them (with them both reach 100%). A button half under
+another (click-test-2, 11 of seeds 0-149) is clicked where it shows, as every click is
+(:func:`~replaystore.rollouts.actions.execute_action`); one covered whole would get
+``press(id, "Enter")`` after its click failed.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def _match(pattern: str, goal: str) -> re.Match[str]:
 
 
 def _click(element: PageElement, thought: str, page: _Page) -> _Decision:
-    """Click ``element``; a button whose click just did nothing (covered) gets Enter."""
+    """Click ``element``; a button whose click just did nothing (covered whole) gets Enter."""
     last = page.past[-1] if page.past else {}
     retry = last.get("key") == "click" and str(last.get("element")) == element.element_id
     if retry and element.role == "button":
