@@ -185,13 +185,25 @@ def test_each_trajectory_records_the_policy_and_checkpoint_that_produced_it(
     assert prompts and all(isinstance(m["content"], str) for p in prompts for m in p)
 
 
-def _run_in(python: Path, script: str, *args: str) -> str:
-    """The last line ``script`` prints, run by a tool environment's Python."""
-    done = subprocess.run(
-        [str(python), "-c", script, *args], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip().splitlines()[-1]
+def _run_both(*calls: tuple[Path, str, tuple[str, ...]]) -> list[str]:
+    """The last line each ``(python, script, args)`` prints, the scripts run at once (each
+    imports its environment's stack for 10-15 s, and at the end of CI's slow step the
+    other worker's core is free)."""
+    started = [
+        subprocess.Popen(
+            [str(python), "-c", script, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for python, script, args in calls
+    ]
+    lines = []
+    for child in started:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err[-2000:]
+        lines.append(out.strip().splitlines()[-1])
+    return lines
 
 
 #: Tokenized by both environments (numbers: ids, coordinates and a port).
@@ -199,19 +211,29 @@ _PROBE = 'Task: 38043 @(151,189)\nURL: http://shop.localhost:41234/\nAction: cli
 
 
 @pytest.fixture(scope="module")
-def served_side(quick_run: tuple[Path, str], real_tools: Any) -> dict[str, Any]:
-    """What the vLLM environment says, in one process (importing vLLM takes 10-15 s): the
-    token ids vLLM's server tokenizer gives the trained checkpoint for :data:`_PROBE`, and
-    whether vLLM's refusal of images for a text model still says ``<model> is not a
-    multimodal model``."""
-    script = (
+def both_sides(quick_run: tuple[Path, str], real_tools: Any) -> dict[str, Any]:
+    """What each tool environment says about the trained checkpoint, in one process each,
+    run at once. The vLLM side: the token ids vLLM's server tokenizer gives
+    :data:`_PROBE`, and whether vLLM's refusal of images for a text model still says
+    ``<model> is not a multimodal model``. The training side: the token ids the
+    LLaMA-Factory environment's transformers gives it."""
+    served = (
         "import inspect, json, sys; from vllm.tokenizers import get_tokenizer; "
         "import vllm.multimodal.registry as r; t = get_tokenizer(sys.argv[1]); "
         "print(json.dumps({'ids': t.encode(sys.argv[2], add_special_tokens=False), "
         "'refusal': sys.argv[3] + '\"' in inspect.getsource(r)}))"
     )
-    model = quick_run[0] / "checkpoints" / "000"
-    return json.loads(_run_in(real_tools.vllm_python, script, str(model), _PROBE, TEXT_ONLY_MODEL))
+    trainer = (
+        "import json, sys; from transformers import AutoTokenizer; "
+        "t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+        "print(json.dumps(t.encode(sys.argv[2], add_special_tokens=False)))"
+    )
+    model = str(quick_run[0] / "checkpoints" / "000")
+    served_line, trained_line = _run_both(
+        (real_tools.vllm_python, served, (model, _PROBE, TEXT_ONLY_MODEL)),
+        (real_tools.train_python, trainer, (model, _PROBE)),
+    )
+    return {**json.loads(served_line), "trained_ids": json.loads(trained_line)}
 
 
 @pytest.mark.slow
@@ -226,7 +248,7 @@ def test_tiny_model_chat_template_is_chatml(quick_run: tuple[Path, str]) -> None
 @pytest.mark.slow
 @pytest.mark.timeout(720)
 def test_vllm_tokenizes_prompts_exactly_as_the_training_environment(
-    quick_run: tuple[Path, str], real_tools: Any, served_side: dict[str, Any]
+    quick_run: tuple[Path, str], both_sides: dict[str, Any]
 ) -> None:
     """The two environments run different transformers (5.6 and 5.19): the served model
     must see the token ids it was trained on, numbers (ids, ports) included.
@@ -234,26 +256,19 @@ def test_vllm_tokenizes_prompts_exactly_as_the_training_environment(
     vLLM's server tokenizes with ``vllm.tokenizers.get_tokenizer``; it is called in the
     vLLM environment on the checkpoint the loop trained (and served in its iteration 1),
     without a second server start (a minute of CI's budget)."""
-    model = quick_run[0] / "checkpoints" / "000"
-    assert checkpoint_weights(model)
-    trainer_side = (
-        "import json, sys; from transformers import AutoTokenizer; "
-        "t = AutoTokenizer.from_pretrained(sys.argv[1]); "
-        "print(json.dumps(t.encode(sys.argv[2], add_special_tokens=False)))"
-    )
-    trained = _run_in(real_tools.train_python, trainer_side, str(model), _PROBE)
-    assert served_side["ids"] == json.loads(trained)
-    assert len(served_side["ids"]) > 10
+    assert checkpoint_weights(quick_run[0] / "checkpoints" / "000")
+    assert both_sides["ids"] == both_sides["trained_ids"]
+    assert len(both_sides["ids"]) > 10
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(720)
 def test_vllm_refuses_images_for_a_text_model_with_the_words_rollouts_look_for(
-    served_side: dict[str, Any],
+    both_sides: dict[str, Any],
 ) -> None:
     """A screenshot rollout against a text-only model is one line and exit status 2
     (``tests/rollouts/test_collector_cli.py``, against a server that answers as vLLM
     does). That test's premise is checked here against the installed vLLM: its refusal
     still says ``<model> is not a multimodal model`` (the f-string vLLM raises:
     ``f"{model_name} is not a multimodal model"``)."""
-    assert served_side["refusal"] is True
+    assert both_sides["refusal"] is True
