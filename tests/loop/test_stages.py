@@ -144,7 +144,7 @@ def test_train_keeps_a_renamed_checkpoint_and_redoes_one_left_in_its_partial(
     assert record["seconds"] == 0.0
     assert record["checkpoint"] == "checkpoints/001"
     assert record["steps"] == 2
-    assert lines[0].startswith("iteration 0: training (sft)")  # 0 was started again
+    assert lines[0].startswith("iteration 0: training (sft, ")  # 0 was started again
     assert lines[-1] == "iteration 1: checkpoint checkpoints/001 already trained; not redone"
 
 

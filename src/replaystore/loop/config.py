@@ -168,6 +168,13 @@ DEFAULTS: dict[str, Any] = {
         # (MiniWoB++'s word lists; replaystore.loop.augment): copying the goal's name then
         # fits the data, remembering it does not. 0: off.
         "name_swaps": 0,
+        # Training on a CPU in bf16 mixed precision (LLaMA-Factory's bf16 with use_cpu):
+        # "auto" turns it on when no NVIDIA GPU is visible, the CPU computes bf16 natively
+        # (AVX512-BF16 or AMX) and neither the template nor train.overrides says bf16,
+        # fp16 or use_cpu (the tiny model's `text` template is float32); true: on
+        # whenever no NVIDIA GPU is visible; false: never. The quick MiniWoB++ run
+        # trained in 111 s instead of 171 s on 2 cores of an AMD EPYC with AVX512-BF16.
+        "cpu_bf16": "auto",
         "env": {},
     },
     "serve": {
@@ -586,6 +593,10 @@ class LoopConfig:
         if not isinstance(t["final"], bool):
             raise ConfigError(f"train.final must be true or false, got {t['final']!r}")
         _int(t, "name_swaps", 0, "train.")
+        if not (t["cpu_bf16"] == "auto" or isinstance(t["cpu_bf16"], bool)):
+            raise ConfigError(
+                f'train.cpu_bf16 must be "auto", true or false, got {t["cpu_bf16"]!r}'
+            )
         if t["name_swaps"] and not self.on_miniwob:
             raise ConfigError(
                 "train.name_swaps draws words from MiniWoB++'s lexicon: it needs MiniWoB++ "

@@ -44,6 +44,8 @@ __all__ = [
     "advertised_host",
     "check_hub_model",
     "checkpoint_weights",
+    "cpu_bf16_arguments",
+    "cpu_computes_bf16",
     "find_tools",
     "free_port",
     "hf_hub_cache",
@@ -574,6 +576,69 @@ def training_arguments(
     args.setdefault("report_to", "none")
     args.setdefault("logging_steps", 1)
     return args
+
+
+#: The /proc/cpuinfo flags of a CPU that computes bfloat16 natively (x86: AVX512-BF16,
+#: AMX; Arm: BF16).
+_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_computes_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this machine's CPU computes bfloat16 natively (``avx512_bf16``,
+    ``amx_bf16`` or Arm's ``bf16`` among ``cpuinfo``'s flags). False where the file cannot
+    be read (not Linux): bf16 there is left to ``train.cpu_bf16: true``."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    for line in text.splitlines():
+        name, _, value = line.partition(":")
+        if name.strip() in ("flags", "Features") and _BF16_FLAGS & set(value.split()):
+            return True
+    return False
+
+
+def _nvidia_gpu_visible(env: Mapping[str, str], dev: Path = Path("/dev")) -> bool:
+    """Whether a child process started with ``env`` would see an NVIDIA GPU: a device
+    node ``/dev/nvidia0`` (or later) exists and ``CUDA_VISIBLE_DEVICES`` does not hide
+    them all (empty or ``-1``)."""
+    visible = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return any(dev.glob("nvidia[0-9]*"))
+
+
+def cpu_bf16_arguments(
+    arguments: Mapping[str, Any],
+    setting: str | bool,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    cpuinfo: Path = Path("/proc/cpuinfo"),
+    dev: Path = Path("/dev"),
+) -> dict[str, Any]:
+    """The keys ``train.cpu_bf16`` adds to the training ``arguments``: ``{"bf16": True,
+    "use_cpu": True}`` (LLaMA-Factory then trains on the CPU under bf16 autocast, the
+    weights and optimizer state in float32), or nothing.
+
+    ``setting`` ``"auto"``: when no NVIDIA GPU is visible to the trainer (``env`` is its
+    environment's additions), the CPU computes bf16 natively (:func:`cpu_computes_bf16`)
+    and neither ``arguments`` nor ``overrides`` sets ``bf16``, ``fp16`` or ``use_cpu``
+    (an explicit choice wins). ``True``: whenever no NVIDIA GPU is visible and the
+    overrides do not choose. ``False``: never.
+    """
+    if setting is False:
+        return {}
+    chosen = overrides or {}
+    if any(key in chosen for key in ("bf16", "fp16", "use_cpu")):
+        return {}
+    if arguments.get("bf16") or arguments.get("fp16") or arguments.get("use_cpu"):
+        return {}
+    if _nvidia_gpu_visible(env or {}, dev):
+        return {}
+    if setting == "auto" and not cpu_computes_bf16(cpuinfo):
+        return {}
+    return {"bf16": True, "use_cpu": True}
 
 
 def preference_arguments(arguments: Mapping[str, Any], kind: str) -> dict[str, Any]:

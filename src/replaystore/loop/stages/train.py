@@ -14,6 +14,7 @@ from ..partial import build_directory
 from ..tools import (
     LoopStageError,
     checkpoint_weights,
+    cpu_bf16_arguments,
     is_adapter,
     preference_arguments,
     read_losses,
@@ -28,6 +29,14 @@ if TYPE_CHECKING:
     from .context import RunContext
 
 __all__ = ["TrainStage", "nothing_to_train"]
+
+
+def _precision(arguments: dict[str, Any]) -> str:
+    """How the trainer computes, in words, from its arguments."""
+    half = "bf16" if arguments.get("bf16") else "fp16" if arguments.get("fp16") else None
+    if half is None:
+        return "float32"
+    return f"{half} on the CPU" if arguments.get("use_cpu") else half
 
 
 def nothing_to_train(ctx: RunContext, k: int) -> LoopStageError:
@@ -105,6 +114,17 @@ class TrainStage(Stage[None]):
         adapter = start_from if is_adapter(start_from) else None
         return (adapter if adapter is not None else paths.initial_model), adapter
 
+    @staticmethod
+    def cpu_bf16(ctx: RunContext, arguments: dict[str, Any]) -> dict[str, Any]:
+        """What ``train.cpu_bf16`` adds to ``arguments`` (:func:`cpu_bf16_arguments`)."""
+        train = ctx.config["train"]
+        return cpu_bf16_arguments(
+            arguments,
+            train["cpu_bf16"],
+            overrides=train["overrides"],
+            env={str(a): str(b) for a, b in train["env"].items()},
+        )
+
     def arguments(self, ctx: RunContext, output_dir: Path) -> dict[str, Any]:
         """The training YAML's arguments, writing into ``output_dir``."""
         cfg = ctx.config
@@ -123,6 +143,7 @@ class TrainStage(Stage[None]):
             settings=cfg.training_settings(),
             adapter=adapter,
         )
+        arguments.update(self.cpu_bf16(ctx, arguments))
         if f"{DATASET_NAME}_val" in info and "eval_dataset" not in arguments:
             arguments["eval_dataset"] = f"{DATASET_NAME}_val"
         kind = cfg.train_stage(self.k)
@@ -150,9 +171,11 @@ class TrainStage(Stage[None]):
         output = self.output(ctx)
         start_from, _ = self.start_from(ctx)
         log = ctx.paths.log(f"train-{self.k:03d}.log")
+        preview = ctx.training_preview()
+        precision = _precision({**preview, **self.cpu_bf16(ctx, preview)})
         ctx.report(
-            f"iteration {self.k}: training ({kind}) from {ctx.paths.rel(start_from)} "
-            f"(log {ctx.paths.rel(log)})"
+            f"iteration {self.k}: training ({kind}, {precision}) from "
+            f"{ctx.paths.rel(start_from)} (log {ctx.paths.rel(log)})"
         )
         result = build_directory(output, lambda partial: self._train(ctx, partial, log))
         facts = {
@@ -161,6 +184,7 @@ class TrainStage(Stage[None]):
             "started_from": ctx.paths.rel(start_from),
             "log": ctx.paths.rel(log),
             "kind": kind,
+            "precision": precision,
         }
         loss = (
             f"loss {result.loss_first:.3f} -> {result.loss_last:.3f}"
