@@ -199,10 +199,16 @@ def _run_both(*calls: tuple[Path, str, tuple[str, ...]]) -> list[str]:
         for python, script, args in calls
     ]
     lines = []
-    for child in started:
-        out, err = child.communicate(timeout=300)
-        assert child.returncode == 0, err[-2000:]
-        lines.append(out.strip().splitlines()[-1])
+    try:
+        for child in started:
+            out, err = child.communicate(timeout=300)
+            assert child.returncode == 0, err[-2000:]
+            lines.append(out.strip().splitlines()[-1])
+    finally:
+        for child in started:  # the other one, when one failed or ran out of time
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
     return lines
 
 
