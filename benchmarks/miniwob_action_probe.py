@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -61,8 +62,14 @@ def extract(storage_dir: Path, out: Path) -> int:
     return 0
 
 
-def score(checkpoint: Path, prompts: Path, tasks: set[str] | None) -> int:
-    """Greedy replies of ``checkpoint`` to ``prompts``; the share of exact actions per task."""
+def score(
+    checkpoint: Path, prompts: Path, tasks: set[str] | None, wrong: Path | None = None
+) -> int:
+    """Greedy replies of ``checkpoint`` to ``prompts``; the share of exact actions per task.
+
+    ``wrong``: also write the replies that missed, as ``[{task, seed, step, action,
+    reply}]`` (``step``: the prompt's ``Current step``), to read what went wrong.
+    """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -93,10 +100,18 @@ def score(checkpoint: Path, prompts: Path, tasks: set[str] | None) -> int:
             new = out[:, batch["input_ids"].shape[1] :]
             replies += tokenizer.batch_decode(new, skip_special_tokens=True)
     right: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    missed: list[dict[str, Any]] = []
     for row, reply in zip(rows, replies, strict=True):
         action = reply.split("Action:")[-1].strip().splitlines()[0] if "Action:" in reply else ""
         right[row["task"]][0] += action == row["action"]
         right[row["task"]][1] += 1
+        if action != row["action"]:
+            step = re.search(r"Current step: (\d+)", str(row["messages"][-1]["content"]))
+            missed.append({k: row[k] for k in ("task", "seed", "action")})
+            missed[-1]["step"] = int(step.group(1)) if step else None
+            missed[-1]["reply"] = reply
+    if wrong is not None:
+        wrong.write_text(json.dumps(missed, indent=1, ensure_ascii=False), encoding="utf-8")
     rates = {task: hit / n for task, (hit, n) in sorted(right.items())}
     for task, rate in rates.items():
         print(f"{task:20s} {rate:.2f} of {right[task][1]}")
@@ -114,11 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     sc.add_argument("checkpoint", type=Path)
     sc.add_argument("prompts", type=Path)
     sc.add_argument("--tasks", default="", help="comma-separated task names (default: all)")
+    sc.add_argument("--wrong", type=Path, help="write the replies that missed to this JSON file")
     args = parser.parse_args(argv)
     if args.command == "extract":
         return extract(args.storage, args.out)
     wanted = {t for t in args.tasks.split(",") if t} or None
-    return score(args.checkpoint, args.prompts, wanted)
+    return score(args.checkpoint, args.prompts, wanted, args.wrong)
 
 
 if __name__ == "__main__":
