@@ -5,7 +5,7 @@
 * ``replaystore._recency``: the draw and first-occurrence loops of recency sampling.
 * ``replaystore._jsoncopy``: the in-memory experience storage's snapshot of each row.
 * ``replaystore._nstep``: the n-step window walk of ``ReplayBuffer(n_step=n)`` samples.
-* ``replaystore._texts``: CRC-32C checks and one JSON array of many trajectory texts
+* ``replaystore._texts``: CRC-32C checks and parses of many trajectory texts
   (a file-backed trajectory buffer's samples, format 4).
 
 All are ``optional``: without a C compiler the install still succeeds and

@@ -355,26 +355,47 @@ def test_the_texts_kernel_computes_crc32c_as_google_crc32c_does() -> None:
         assert _texts.crc32c(memoryview(data)) == google_crc32c.value(data)
 
 
-def test_the_texts_kernel_gathers_checks_and_refuses() -> None:
+def test_the_texts_kernel_checks_parses_each_text_and_refuses() -> None:
     import google_crc32c
 
-    data = b"??" + b'{"a": 1}' + b'"s"' + b"[1, 2]"
-    offsets = np.array([2, 10, 13], np.int64)
-    lengths = np.array([8, 3, 6], np.int32)
+    data = b"??" + b'{"role": "user", "content": "hi"}' + b'"s"' + b'{"role": 1, "content": 2}'
+    offsets = np.array([2, 35, 38], np.int64)
+    lengths = np.array([33, 3, 25], np.int32)
     crcs = np.array(
         [google_crc32c.value(data[o : o + n]) for o, n in zip(offsets, lengths, strict=True)],
         np.uint32,
     )
-    joined, bad = _texts.gather(data, offsets, lengths, crcs, np.ones(3, bool))
-    assert (joined, bad) == (b'[{"a": 1},"s",[1, 2]]', -1)
+    slots = np.array([4, 0, 2], np.int64)
+    chat = np.array([1, 0, 1], np.uint8)  # text 1 is a response: any value
+    values: list = [None] * 5
+    bad, invalid = _texts.parse(
+        data, offsets, lengths, crcs, np.ones(3, bool), json.loads, values, slots, chat
+    )
+    assert (bad, invalid) == (-1, [2])  # slot 2's role is not a str
+    assert values == ["s", None, {"role": 1, "content": 2}, None, {"role": "user", "content": "hi"}]
     crcs[1] ^= 1
-    assert _texts.gather(data, offsets, lengths, crcs, np.ones(3, bool)) == (b"", 1)
+    fresh: list = [None] * 5
+    assert _texts.parse(
+        data, offsets, lengths, crcs, np.ones(3, bool), json.loads, fresh, slots, chat
+    ) == (1, [])
+    assert fresh[4] == {"role": "user", "content": "hi"} and fresh[0] is None  # stopped there
     unchecked = np.array([True, False, True])  # text 1 was checked before: not again
-    assert _texts.gather(data, offsets, lengths, crcs, unchecked)[1] == -1
+    assert (
+        _texts.parse(data, offsets, lengths, crcs, unchecked, json.loads, fresh, slots, chat)[0]
+        == -1
+    )
     with pytest.raises(ValueError, match=r"text 2 .* is outside the data"):
-        _texts.gather(data, offsets, lengths + 1, crcs, np.zeros(3, bool))
+        _texts.parse(data, offsets, lengths + 1, crcs, unchecked, json.loads, fresh, slots, chat)
+    with pytest.raises(IndexError, match=r"slot 5 of text 0 is outside values"):
+        _texts.parse(data, offsets, lengths, crcs, unchecked, json.loads, fresh, slots + 1, chat)
     with pytest.raises(TypeError, match="lengths must be"):
-        _texts.gather(data, offsets, lengths.astype(np.int64), crcs, np.zeros(3, bool))
+        _texts.parse(
+            data, offsets, lengths.astype(np.int64), crcs, unchecked, json.loads, fresh, slots, chat
+        )
+    with pytest.raises(json.JSONDecodeError):  # the parser's own error
+        _texts.parse(
+            data, offsets - 1, lengths, crcs, np.zeros(3, bool), json.loads, fresh, slots, chat
+        )
 
 
 def test_reads_with_and_without_the_texts_kernel_agree(chat_store, monkeypatch) -> None:

@@ -363,49 +363,68 @@ class FileSource:
 
     def _own_values(self, batch: _TextSlots, whole: NDArray[np.bool_]) -> bool:
         """:meth:`sample_parts_many`: the texts stored whole and read by one step (slots
-        ``whole``) parsed into ``batch.values``, by one call per file; the slots whose
-        message is not a plain chat message are added to ``batch.invalid``. False when
-        a text fails its check.
+        ``whole``) parsed into ``batch.values``, each on its own straight from its
+        file's memory map (no joined copy: the fresh memory a batch's copy would take
+        costs more than its parse on a freshly started process); the slots whose message
+        is not a plain chat message are added to ``batch.invalid``. False when a text
+        fails its check.
 
         Raises:
             ValueError: a text is not one JSON value. StorageError, IndexError.
         """
-        prompts, ids, values = batch.prompts, batch.ids, batch.values
+        prompts, ids = batch.prompts, batch.ids
         arrays = prompts.arrays
         own = np.flatnonzero(whole)
+        if own.size == 0:
+            return True
         own_ids = ids[own]
-        parsed: list[Any] = [None] * int(own.size)
         files = arrays["text_file"][own_ids]
-        by_file = (
-            [own_ids] if _all_equal(files) else [own_ids[files == f] for f in np.unique(files)]
-        )
-        for numbers in by_file:
-            joined = self._joined_texts(prompts, numbers)
-            if joined is None:
+        loads = from_json if from_json is not None else json.loads
+        chat = ~batch.is_response[own]
+        verified = np.frombuffer(prompts.verified, dtype=np.uint8)
+        kernel = texts_kernel()
+        single = _all_equal(files)
+        for f in [int(files[0])] if single else np.unique(files).tolist():
+            of_file: Any = slice(None) if single else files == f
+            numbers, slots = own_ids[of_file], own[of_file]
+            offsets = arrays["text_offset"][numbers]
+            lengths = arrays["text_length"][numbers]
+            expected = arrays["text_crc"][numbers]
+            unchecked = verified[numbers] == 0
+            data = self._map_of(f)
+            if kernel is not None:
+                texts = (data, offsets, lengths, expected, unchecked)
+                bad, invalid = kernel.parse(*texts, loads, batch.values, slots, chat[of_file])
+                if bad >= 0:
+                    return False
+                batch.invalid.extend(invalid)
+            elif not self._parse_each(batch, data, numbers, slots, unchecked):
                 return False
-            values_of_file = from_json(joined) if from_json is not None else json.loads(joined)
-            if type(values_of_file) is not list or len(values_of_file) != numbers.size:
+            verified[numbers[unchecked]] = 1
+        return True
+
+    def _parse_each(
+        self,
+        batch: _TextSlots,
+        data: Any,
+        numbers: NDArray[Any],
+        slots: NDArray[np.int64],
+        unchecked: NDArray[np.bool_],
+    ) -> bool:
+        """:meth:`_own_values` without the compiled kernel: the same, in Python."""
+        arrays = batch.prompts.arrays
+        starts = arrays["text_offset"][numbers].tolist()
+        ends = (arrays["text_offset"][numbers] + arrays["text_length"][numbers]).tolist()
+        expected = arrays["text_crc"][numbers].tolist()
+        check = unchecked.tolist()
+        loads = from_json if from_json is not None else json.loads
+        values, invalid, is_response = batch.values, batch.invalid, batch.is_response
+        for k, slot in enumerate(slots.tolist()):
+            raw = data[starts[k] : ends[k]]
+            if check[k] and _google_crc32c(raw) != expected[k]:
                 return False
-            if len(by_file) == 1:
-                parsed = values_of_file
-            else:
-                for k, value in zip(
-                    np.flatnonzero(files == arrays["text_file"][numbers[0]]).tolist(),
-                    values_of_file,
-                    strict=True,
-                ):
-                    parsed[k] = value
-        # a message that is not a plain chat message: its sample reads its step
-        invalid = batch.invalid
-        for slot, value, response in zip(
-            own.tolist(), parsed, batch.is_response[own].tolist(), strict=True
-        ):
-            values[slot] = value
-            if not response and (
-                type(value) is not dict
-                or type(value.get("role")) is not str
-                or "content" not in value
-            ):
+            value = values[slot] = loads(raw)
+            if not is_response[slot] and not _is_chat_message(value):
                 invalid.append(slot)
         return True
 
@@ -443,34 +462,6 @@ class FileSource:
                 else:
                     for slot in group[1:]:
                         values[slot] = template
-
-    def _joined_texts(self, prompts: Prompts, numbers: NDArray[np.int64]) -> bytes | None:
-        """Texts ``numbers`` (stored whole, of one file) as one JSON array,
-        ``[t0,t1,...]``, each checked against its CRC-32C on its first read; None when
-        one fails its check."""
-        arrays = prompts.arrays
-        offsets = arrays["text_offset"][numbers]
-        lengths = arrays["text_length"][numbers]
-        verified = np.frombuffer(prompts.verified, dtype=np.uint8)
-        unchecked = verified[numbers] == 0
-        data = self._map_of(int(arrays["text_file"][numbers[0]])) if numbers.size else b""
-        kernel = texts_kernel()
-        if kernel is not None:
-            joined, bad = kernel.gather(
-                data, offsets, lengths, arrays["text_crc"][numbers], unchecked
-            )
-            if bad >= 0:
-                return None
-        else:
-            ends = (offsets + lengths).tolist()
-            raws = [data[a:b] for a, b in zip(offsets.tolist(), ends, strict=True)]
-            expected = arrays["text_crc"][numbers].tolist()
-            for k in np.flatnonzero(unchecked).tolist():
-                if _google_crc32c(raws[k]) != expected[k]:
-                    return None
-            joined = b"[" + b",".join(raws) + b"]"
-        verified[numbers[unchecked]] = 1
-        return joined
 
     def _map_of(self, file_id: int) -> Any:
         """File ``file_id``'s memory map (version 4; made on first use), else None."""
