@@ -5,8 +5,8 @@
 * ``replaystore._recency``: the draw and first-occurrence loops of recency sampling.
 * ``replaystore._jsoncopy``: the in-memory experience storage's snapshot of each row.
 * ``replaystore._nstep``: the n-step window walk of ``ReplayBuffer(n_step=n)`` samples.
-* ``replaystore._texts``: CRC-32C checks and parses of many trajectory texts
-  (a file-backed trajectory buffer's samples, format 4).
+* ``replaystore._texts``: CRC-32C checks, and the samples of format 4 steps read from
+  their texts (a file-backed trajectory buffer's samples).
 
 All are ``optional``: without a C compiler the install still succeeds and
 ``replaystore.sampling.SumTree`` and ``replaystore.transitions.ReplayBuffer``

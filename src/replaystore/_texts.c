@@ -4,20 +4,23 @@
  *       The CRC-32C (Castagnoli) of a bytes-like object: the value google_crc32c
  *       and RFC 3720 give (initial value and final XOR 0xFFFFFFFF).
  *
- *   parse(data, offsets, lengths, expected, check, loads, values, slots, chat)
- *       -> (int, list)
- *       data: the file (a memory map or any bytes-like object); offsets: int64[k],
- *       lengths: int32[k], expected: uint32[k] (each text's stored CRC-32C), check:
- *       uint8[k] (non-zero: verify this text's CRC-32C); every text must lie inside
- *       data (ValueError names the first that does not). Each text is checked (where
- *       marked), then parsed on its own by loads(bytes) (pydantic-core's from_json, or
- *       json.loads) and its value put in values[slots[i]] (values: a list; slots:
- *       int64[k], each inside values): no joined copy of the texts is made, and each
- *       text's bytes are a small object freed after its parse. chat: uint8[k],
- *       non-zero where the value must be a plain chat message (a dict whose "role" is
- *       a str and that has a "content"). Returns (-1, the slots whose value is not),
- *       or (i, []) where i is the first text to verify whose CRC-32C differs. An
- *       exception of loads propagates. Either way values then holds the texts before.
+ *   samples(positions, arrays, maps, map_of, other, loads, parsed, copy) -> list
+ *       The (messages, response) of each version 4 step at positions (a list of
+ *       ints), read from the texts alone, as FileSource.sample_parts gives them, or
+ *       None where the step must be read another way: its prompt is not split (count
+ *       <= 0), its image URLs are relative, a text fails its check or is not one JSON
+ *       value, a message is not a plain chat message, or any call below raises an
+ *       Exception (cleared: the other way names it). arrays: the tuple (counts int32,
+ *       starts int32/int64, responses int32/int64, relative uint8, refs int32, shared
+ *       uint8, text_codec uint8, text_file int32, text_offset int64, text_length
+ *       int32, text_crc uint32, verified uint8 writable) of Prompts. Texts stored raw
+ *       that one step reads are checked on their first read (verified[t] set) and
+ *       parsed here from maps[file] (a list; None: map_of(file) gives the map, which
+ *       it also stores there); the others (shared, compressed) come from other(t), a
+ *       new value each, except that a shared text found in parsed (a dict: 2 * t ->
+ *       its value, kept by the reader) is copy(value) when copy is not None and
+ *       gives no NotImplemented (a dict or list; other values are immutable and
+ *       handed out as they are). A position outside counts raises IndexError.
  *
  * The CRC uses the SSE4.2 crc32 instruction when the CPU has it (checked once at
  * import), else a byte-at-a-time table; both give the same values (tested against
@@ -98,27 +101,6 @@ texts_crc32c(PyObject *module, PyObject *arg)
     return PyLong_FromUnsignedLong(c);
 }
 
-static int
-typed_array(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, const char *formats,
-            const char *name, Py_ssize_t count)
-{
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
-        return -1;
-    const char *f = view->format ? view->format : "B";
-    if (f[0] == '=' || f[0] == '<' || f[0] == '@')
-        f++;
-    if (view->ndim != 1 || view->itemsize != itemsize || f[0] == '\0' || f[1] != '\0' ||
-        strchr(formats, f[0]) == NULL || (count >= 0 && view->shape[0] != count)) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s must be a 1-d contiguous array of %zd-byte items (%s), of the "
-                     "length of offsets",
-                     name, itemsize, formats);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *role_key, *content_key;
 
 static int
@@ -134,132 +116,270 @@ is_chat_message(PyObject *value)
     return PyDict_Contains(value, content_key);
 }
 
-static PyObject *
-texts_parse(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+enum { A_COUNTS, A_STARTS, A_RESPONSES, A_RELATIVE, A_REFS, A_SHARED, A_CODEC, A_FILE,
+       A_OFFSET, A_LENGTH, A_CRC, A_VERIFIED, N_ARRAYS };
+
+static const char *array_names[N_ARRAYS] = {
+    "counts", "starts", "responses", "relative", "refs", "shared", "text_codec",
+    "text_file", "text_offset", "text_length", "text_crc", "verified",
+};
+/* each array's item size; 0: 4 or 8 (a signed integer of either width) */
+static const Py_ssize_t array_sizes[N_ARRAYS] = {4, 0, 0, 1, 4, 1, 1, 4, 8, 4, 4, 1};
+
+typedef struct {
+    Py_buffer views[N_ARRAYS];
+    int got;
+    PyObject *maps, *map_of, *other, *loads, *parsed, *copy;
+    Py_buffer *files; /* one view per file, acquired on first use */
+    char *have_file;
+    Py_ssize_t n_files;
+} Reading;
+
+static inline int64_t
+item_of(const Py_buffer *view, Py_ssize_t i)
 {
-    if (nargs != 9) {
-        PyErr_Format(PyExc_TypeError, "parse takes 9 arguments, got %zd", nargs);
-        return NULL;
-    }
-    PyObject *loads = args[5], *values = args[6];
-    if (!PyList_CheckExact(values)) {
-        PyErr_SetString(PyExc_TypeError, "values must be a list");
-        return NULL;
-    }
-    Py_buffer data, offsets, lengths, expected, check, slots, chat;
-    int got = 0;
-    PyObject *result = NULL, *invalid = NULL;
-    if (PyObject_GetBuffer(args[0], &data, PyBUF_SIMPLE) < 0)
-        return NULL;
-    got = 1;
-    if (typed_array(args[1], &offsets, 8, "qlL", "offsets", -1) < 0)
-        goto done;
-    got = 2;
-    Py_ssize_t k = offsets.shape[0];
-    if (typed_array(args[2], &lengths, 4, "iI", "lengths", k) < 0)
-        goto done;
-    got = 3;
-    if (typed_array(args[3], &expected, 4, "IiL", "expected", k) < 0)
-        goto done;
-    got = 4;
-    if (typed_array(args[4], &check, 1, "B?b", "check", k) < 0)
-        goto done;
-    got = 5;
-    if (typed_array(args[7], &slots, 8, "qlL", "slots", k) < 0)
-        goto done;
-    got = 6;
-    if (typed_array(args[8], &chat, 1, "B?b", "chat", k) < 0)
-        goto done;
-    got = 7;
+    if (view->itemsize == 8)
+        return ((const int64_t *)view->buf)[i];
+    return ((const int32_t *)view->buf)[i];
+}
 
-    const int64_t *off = (const int64_t *)offsets.buf;
-    const int32_t *len = (const int32_t *)lengths.buf;
-    const uint32_t *crc = (const uint32_t *)expected.buf;
-    const uint8_t *chk = (const uint8_t *)check.buf;
-    const int64_t *slot = (const int64_t *)slots.buf;
-    const uint8_t *must_chat = (const uint8_t *)chat.buf;
-    const uint8_t *src = (const uint8_t *)data.buf;
-    Py_ssize_t n_values = PyList_GET_SIZE(values);
-    for (Py_ssize_t i = 0; i < k; i++) {
-        if (off[i] < 0 || len[i] < 0 || off[i] + len[i] > data.len) {
-            PyErr_Format(PyExc_ValueError, "text %zd (bytes %lld..%lld) is outside the data",
-                         i, (long long)off[i], (long long)off[i] + len[i]);
-            goto done;
-        }
-        if (slot[i] < 0 || slot[i] >= n_values) {
-            PyErr_Format(PyExc_IndexError, "slot %lld of text %zd is outside values (%zd)",
-                         (long long)slot[i], i, n_values);
-            goto done;
+/* 1: *value is text t's value (a new reference); 0: the step must be read another
+   way (any Exception cleared); -1: an error that is not an Exception. */
+static int
+text_value(Reading *r, int64_t t, int chat, PyObject **value)
+{
+    *value = NULL;
+    Py_ssize_t n_texts = r->views[A_CRC].len / 4;
+    if (t < 0 || t >= n_texts)
+        return 0;
+    const uint8_t *shared = (const uint8_t *)r->views[A_SHARED].buf;
+    const uint8_t *codec = (const uint8_t *)r->views[A_CODEC].buf;
+    PyObject *v;
+    if (shared[t] && r->copy != Py_None) {
+        PyObject *key = PyLong_FromLongLong(2 * t);
+        if (key == NULL)
+            return -1;
+        PyObject *template = PyDict_GetItemWithError(r->parsed, key); /* borrowed */
+        Py_DECREF(key);
+        if (template == NULL && PyErr_Occurred())
+            return -1;
+        if (template != NULL) {
+            if (PyDict_CheckExact(template) || PyList_CheckExact(template)) {
+                v = PyObject_CallOneArg(r->copy, template);
+                if (v == NULL)
+                    goto raised;
+                if (v != Py_NotImplemented)
+                    goto got;
+                Py_DECREF(v);
+            }
+            else {
+                Py_INCREF(template);
+                v = template;
+                goto got;
+            }
         }
     }
-    invalid = PyList_New(0);
-    if (invalid == NULL)
-        goto done;
-    for (Py_ssize_t i = 0; i < k; i++) {
-        const uint8_t *text = src + off[i];
-        if (chk[i] && crc32c(text, (size_t)len[i]) != crc[i]) {
-            result = Py_BuildValue("(n[])", i);
-            goto done;
-        }
-        PyObject *raw = PyBytes_FromStringAndSize((const char *)text, len[i]);
-        if (raw == NULL)
-            goto done;
-        PyObject *value = PyObject_CallOneArg(loads, raw);
-        Py_DECREF(raw);
-        if (value == NULL)
-            goto done;
-        if (must_chat[i]) {
-            int ok = is_chat_message(value);
-            if (ok < 0) {
-                Py_DECREF(value);
-                goto done;
-            }
-            if (!ok) {
-                PyObject *number = PyLong_FromLongLong(slot[i]);
-                if (number == NULL || PyList_Append(invalid, number) < 0) {
-                    Py_XDECREF(number);
-                    Py_DECREF(value);
-                    goto done;
-                }
+    if (shared[t] || codec[t] != 0) {
+        PyObject *number = PyLong_FromLongLong(t);
+        if (number == NULL)
+            return -1;
+        v = PyObject_CallOneArg(r->other, number);
+        Py_DECREF(number);
+    }
+    else {
+        int32_t f = ((const int32_t *)r->views[A_FILE].buf)[t];
+        if (f < 0 || f >= r->n_files)
+            return 0;
+        if (!r->have_file[f]) {
+            PyObject *data = PyList_GET_ITEM(r->maps, f); /* borrowed */
+            PyObject *made = NULL;
+            if (data == Py_None) {
+                PyObject *number = PyLong_FromLong(f);
+                if (number == NULL)
+                    return -1;
+                made = PyObject_CallOneArg(r->map_of, number);
                 Py_DECREF(number);
+                if (made == NULL)
+                    goto raised;
+                data = made;
             }
+            int bad = PyObject_GetBuffer(data, &r->files[f], PyBUF_SIMPLE);
+            Py_XDECREF(made);
+            if (bad < 0)
+                goto raised;
+            r->have_file[f] = 1;
         }
-        PyList_SetItem(values, slot[i], value); /* steals value; the slot's old item goes */
+        const Py_buffer *file = &r->files[f];
+        int64_t off = ((const int64_t *)r->views[A_OFFSET].buf)[t];
+        int32_t len = ((const int32_t *)r->views[A_LENGTH].buf)[t];
+        if (off < 0 || len < 0 || off + len > file->len)
+            return 0;
+        const uint8_t *text = (const uint8_t *)file->buf + off;
+        uint8_t *verified = (uint8_t *)r->views[A_VERIFIED].buf;
+        if (!verified[t]) {
+            if (crc32c(text, (size_t)len) != ((const uint32_t *)r->views[A_CRC].buf)[t])
+                return 0;
+            verified[t] = 1;
+        }
+        PyObject *raw = PyBytes_FromStringAndSize((const char *)text, len);
+        if (raw == NULL)
+            return -1;
+        v = PyObject_CallOneArg(r->loads, raw);
+        Py_DECREF(raw);
     }
-    result = Py_BuildValue("(nO)", (Py_ssize_t)-1, invalid);
+got:
+    if (v == NULL)
+        goto raised;
+    if (chat) {
+        int ok = is_chat_message(v);
+        if (ok <= 0) {
+            Py_DECREF(v);
+            return ok;
+        }
+    }
+    *value = v;
+    return 1;
+raised:
+    if (PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+}
 
+static PyObject *
+texts_samples(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 8) {
+        PyErr_Format(PyExc_TypeError, "samples takes 8 arguments, got %zd", nargs);
+        return NULL;
+    }
+    PyObject *positions = args[0], *arrays = args[1];
+    Reading r = {.got = 0, .maps = args[2], .map_of = args[3], .other = args[4],
+                 .loads = args[5], .parsed = args[6], .copy = args[7], .files = NULL,
+                 .have_file = NULL, .n_files = 0};
+    PyObject *out = NULL;
+    if (!PyList_CheckExact(positions) || !PyTuple_CheckExact(arrays) ||
+        PyTuple_GET_SIZE(arrays) != N_ARRAYS || !PyList_CheckExact(r.maps) ||
+        !PyDict_CheckExact(r.parsed)) {
+        PyErr_Format(PyExc_TypeError,
+                     "samples takes a list of positions, a tuple of %d arrays, a list "
+                     "of maps and a dict of parsed texts", N_ARRAYS);
+        return NULL;
+    }
+    for (int a = 0; a < N_ARRAYS; a++) {
+        int flags = PyBUF_C_CONTIGUOUS | (a == A_VERIFIED ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, a), &r.views[a], flags) < 0)
+            goto done;
+        r.got = a + 1;
+        Py_ssize_t size = r.views[a].itemsize;
+        if (array_sizes[a] ? size != array_sizes[a] : (size != 4 && size != 8)) {
+            PyErr_Format(PyExc_TypeError, "samples: %s has %zd-byte items", array_names[a],
+                         size);
+            goto done;
+        }
+    }
+    Py_ssize_t n_steps = r.views[A_COUNTS].len / 4;
+    if (r.views[A_STARTS].len / r.views[A_STARTS].itemsize != n_steps ||
+        r.views[A_RESPONSES].len / r.views[A_RESPONSES].itemsize != n_steps ||
+        r.views[A_RELATIVE].len != n_steps) {
+        PyErr_SetString(PyExc_ValueError, "samples: the per-step arrays differ in length");
+        goto done;
+    }
+    Py_ssize_t n_texts = r.views[A_CRC].len / 4;
+    if (r.views[A_SHARED].len != n_texts || r.views[A_CODEC].len != n_texts ||
+        r.views[A_FILE].len / 4 != n_texts || r.views[A_OFFSET].len / 8 != n_texts ||
+        r.views[A_LENGTH].len / 4 != n_texts || r.views[A_VERIFIED].len != n_texts) {
+        PyErr_SetString(PyExc_ValueError, "samples: the per-text arrays differ in length");
+        goto done;
+    }
+    Py_ssize_t n_refs = r.views[A_REFS].len / 4;
+    r.n_files = PyList_GET_SIZE(r.maps);
+    r.files = PyMem_Calloc(r.n_files ? r.n_files : 1, sizeof(Py_buffer));
+    r.have_file = PyMem_Calloc(r.n_files ? r.n_files : 1, 1);
+    if (r.files == NULL || r.have_file == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(positions);
+    out = PyList_New(n);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(out, i, Py_None);
+    }
+    const int32_t *counts = (const int32_t *)r.views[A_COUNTS].buf;
+    const uint8_t *relative = (const uint8_t *)r.views[A_RELATIVE].buf;
+    const int32_t *refs = (const int32_t *)r.views[A_REFS].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t p = PyLong_AsSsize_t(PyList_GET_ITEM(positions, i));
+        if (p == -1 && PyErr_Occurred())
+            goto fail;
+        if (p < 0 || p >= n_steps) {
+            PyErr_Format(PyExc_IndexError, "position %zd is outside the %zd steps", p, n_steps);
+            goto fail;
+        }
+        int32_t count = counts[p];
+        if (count <= 0 || relative[p])
+            continue;
+        int64_t start = item_of(&r.views[A_STARTS], p);
+        int64_t response = item_of(&r.views[A_RESPONSES], p);
+        if (start < 0 || start + count > n_refs || response < 0)
+            continue;
+        PyObject *messages = PyList_New(count);
+        if (messages == NULL)
+            goto fail;
+        int ok = 1;
+        for (int32_t j = 0; j < count && ok == 1; j++) {
+            PyObject *v;
+            ok = text_value(&r, refs[start + j], 1, &v);
+            if (ok == 1)
+                PyList_SET_ITEM(messages, j, v);
+        }
+        PyObject *reply = NULL;
+        if (ok == 1)
+            ok = text_value(&r, response, 0, &reply);
+        if (ok == 1) {
+            PyObject *pair = PyTuple_Pack(2, messages, reply);
+            Py_DECREF(reply);
+            if (pair == NULL)
+                ok = -1;
+            else
+                PyList_SetItem(out, i, pair);
+        }
+        Py_DECREF(messages); /* unset items are NULL: a list frees those fine */
+        if (ok < 0)
+            goto fail;
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
 done:
-    Py_XDECREF(invalid);
-    if (got >= 7)
-        PyBuffer_Release(&chat);
-    if (got >= 6)
-        PyBuffer_Release(&slots);
-    if (got >= 5)
-        PyBuffer_Release(&check);
-    if (got >= 4)
-        PyBuffer_Release(&expected);
-    if (got >= 3)
-        PyBuffer_Release(&lengths);
-    if (got >= 2)
-        PyBuffer_Release(&offsets);
-    if (got >= 1)
-        PyBuffer_Release(&data);
-    return result;
+    for (Py_ssize_t f = 0; r.have_file && f < r.n_files; f++)
+        if (r.have_file[f])
+            PyBuffer_Release(&r.files[f]);
+    PyMem_Free(r.files);
+    PyMem_Free(r.have_file);
+    for (int a = 0; a < r.got; a++)
+        PyBuffer_Release(&r.views[a]);
+    return out;
 }
 
 static PyMethodDef methods[] = {
     {"crc32c", (PyCFunction)texts_crc32c, METH_O,
      "crc32c(data) -> int: the CRC-32C of a bytes-like object."},
-    {"parse", (PyCFunction)(void (*)(void))texts_parse, METH_FASTCALL,
-     "parse(data, offsets, lengths, expected, check, loads, values, slots, chat) -> "
-     "(int, list): each text checked and parsed on its own into values[slot] (see the "
-     "module source)."},
+    {"samples", (PyCFunction)(void (*)(void))texts_samples, METH_FASTCALL,
+     "samples(positions, arrays, maps, map_of, other, loads, parsed, copy) -> list: "
+     "(messages, "
+     "response) of version 4 steps read from their texts, or None (see the module "
+     "source)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "replaystore._texts",
-    "Compiled kernel of format 4 trajectory texts: CRC-32C checks and parses.", -1,
+    "Compiled kernel of format 4 trajectory texts: CRC-32C checks and samples' texts.", -1,
     methods, NULL, NULL, NULL, NULL,
 };
 

@@ -355,49 +355,6 @@ def test_the_texts_kernel_computes_crc32c_as_google_crc32c_does() -> None:
         assert _texts.crc32c(memoryview(data)) == google_crc32c.value(data)
 
 
-def test_the_texts_kernel_checks_parses_each_text_and_refuses() -> None:
-    import google_crc32c
-
-    data = b"??" + b'{"role": "user", "content": "hi"}' + b'"s"' + b'{"role": 1, "content": 2}'
-    offsets = np.array([2, 35, 38], np.int64)
-    lengths = np.array([33, 3, 25], np.int32)
-    crcs = np.array(
-        [google_crc32c.value(data[o : o + n]) for o, n in zip(offsets, lengths, strict=True)],
-        np.uint32,
-    )
-    slots = np.array([4, 0, 2], np.int64)
-    chat = np.array([1, 0, 1], np.uint8)  # text 1 is a response: any value
-    values: list = [None] * 5
-    bad, invalid = _texts.parse(
-        data, offsets, lengths, crcs, np.ones(3, bool), json.loads, values, slots, chat
-    )
-    assert (bad, invalid) == (-1, [2])  # slot 2's role is not a str
-    assert values == ["s", None, {"role": 1, "content": 2}, None, {"role": "user", "content": "hi"}]
-    crcs[1] ^= 1
-    fresh: list = [None] * 5
-    assert _texts.parse(
-        data, offsets, lengths, crcs, np.ones(3, bool), json.loads, fresh, slots, chat
-    ) == (1, [])
-    assert fresh[4] == {"role": "user", "content": "hi"} and fresh[0] is None  # stopped there
-    unchecked = np.array([True, False, True])  # text 1 was checked before: not again
-    assert (
-        _texts.parse(data, offsets, lengths, crcs, unchecked, json.loads, fresh, slots, chat)[0]
-        == -1
-    )
-    with pytest.raises(ValueError, match=r"text 2 .* is outside the data"):
-        _texts.parse(data, offsets, lengths + 1, crcs, unchecked, json.loads, fresh, slots, chat)
-    with pytest.raises(IndexError, match=r"slot 5 of text 0 is outside values"):
-        _texts.parse(data, offsets, lengths, crcs, unchecked, json.loads, fresh, slots + 1, chat)
-    with pytest.raises(TypeError, match="lengths must be"):
-        _texts.parse(
-            data, offsets, lengths.astype(np.int64), crcs, unchecked, json.loads, fresh, slots, chat
-        )
-    with pytest.raises(json.JSONDecodeError):  # the parser's own error
-        _texts.parse(
-            data, offsets - 1, lengths, crcs, np.zeros(3, bool), json.loads, fresh, slots, chat
-        )
-
-
 def test_reads_with_and_without_the_texts_kernel_agree(chat_store, monkeypatch) -> None:
     root, trajectories = chat_store
     (path,) = root.glob("*.jsonl")
@@ -435,3 +392,70 @@ def test_a_probe_decides_whether_a_files_texts_are_worth_compressing() -> None:
     table = table_of(trees)
     assert set(table.codecs) == {v4_module.CODEC_ZSTD}  # every one, not only the probe
     assert all(len(t) <= 0.5 * len(text) for t, text in zip(table.texts, trees, strict=True))
+
+
+def test_the_texts_kernel_reads_samples_as_the_python_path_does(tmp_path, monkeypatch) -> None:
+    """``_texts.samples`` (the batch and one-by-one reads of format 4 steps) gives what
+    the NumPy path gives for every step of a store of every kind of prompt (shared,
+    relative image URLs, prompts not split or not chat messages, compressed texts),
+    and None where that path reads the step another way."""
+    from .test_format_v3 import _copy_fixture
+
+    root = tmp_path / "store"
+    _copy_fixture(root)
+    TrajectoryStorage(root, format_version=4).upgrade()
+    rng = random.Random(3)
+    trees = [f"link 'item {k}'" for k in range(60)]  # texts worth compressing
+    chats = [_chat_trajectory(t, 3, trees, rng, indent=2) for t in range(4)]
+    TrajectoryStorage(root).save_iteration(9, chats)
+
+    def parts_of(kernel: Any) -> tuple[list[Any], list[Any]]:
+        monkeypatch.setattr(jsonfast_module, "_TEXTS_KERNEL", [kernel])
+        buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
+        source = buffer._source
+        positions = buffer._view.tolist()
+        many = source.sample_parts_many(positions)
+        fresh = ReplayBuffer.from_storage(root, filter_successful_only=False)._source
+        one = [fresh.sample_parts(p, int(buffer._traj[p]), int(buffer._step[p])) for p in positions]
+        return many, one
+
+    (many_c, one_c), (many_py, one_py) = parts_of(_texts), parts_of(None)
+    assert many_c == many_py and one_c == one_py
+    assert sum(p is not None for p in many_c) >= 12 and None in many_c  # both kinds met
+    codecs = set(ReplayBuffer.from_storage(root)._source._prompts.arrays["text_codec"].tolist())
+    assert codecs >= {v4_module.CODEC_RAW, v4_module.CODEC_ZSTD}
+
+
+def test_the_texts_kernel_samples_refuses_what_it_cannot_read(chat_store) -> None:
+    root, trajectories = chat_store
+    buffer = ReplayBuffer.from_storage(root, filter_successful_only=False)
+    source = buffer._source
+    prompts = source._prompts
+
+    def samples(positions: list[int], other: Any = source._kernel_text) -> list[Any]:
+        return _texts.samples(
+            positions, prompts.kernel_arrays, source._maps, source._map_of, other,
+            json.loads, source._parsed, source._copy,
+        )  # fmt: skip
+
+    expected = _expected_messages(trajectories)
+    got = samples([0, 47, 0])
+    assert [g[0] for g in got] == [expected[0], expected[47], expected[0]]
+    assert got[0][0] is not got[2][0] and got[0][0][0] is not got[2][0][0]  # new values
+    with pytest.raises(IndexError, match="position 48 is outside the 48 steps"):
+        samples([1, 48])
+    with pytest.raises(TypeError, match="a list of positions"):
+        _texts.samples((1,), prompts.kernel_arrays, source._maps, source._map_of,
+                       source._kernel_text, json.loads, source._parsed, source._copy)  # fmt: skip
+
+    def refuses(number: int) -> Any:
+        raise ValueError("not JSON")
+
+    source._parsed.clear()  # the shared system prompt now comes from ``other``
+    assert samples([3, 4], refuses) == [None, None]  # an Exception: read another way
+
+    def interrupted(number: int) -> Any:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        samples([3], interrupted)

@@ -1,7 +1,7 @@
 """JSON and text speed-ups of the trajectory files: the step encoder, a ``json.loads``
 without its wrapper's work, pydantic-core parsing of stored texts, and the compiled
 kernels (``replaystore._jsoncopy``: deep copies and step dumps; ``replaystore._texts``:
-CRC-32C and batch gathers of format 4 texts), each resolved on first use."""
+CRC-32C and the samples of format 4 texts), each resolved on first use."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ _TEXTS_KERNEL: list[Any] = []
 
 
 def texts_kernel() -> Any:
-    """``replaystore._texts`` (CRC-32C and batch gathers of format 4 texts), or None
+    """``replaystore._texts`` (CRC-32C and the samples of format 4 texts), or None
     (not compiled, or ``REPLAYSTORE_TEXTS=numpy``: google-crc32c and Python slices)."""
     if not _TEXTS_KERNEL:
         from replaystore._kernels import resolve_kernel

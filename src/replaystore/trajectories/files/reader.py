@@ -87,6 +87,7 @@ class FileSource:
         "_crc32c",
         "_file_texts",
         "_first_text",
+        "_maps",
         "_message_chars",
         "_messages",
         "_mixed",
@@ -145,6 +146,8 @@ class FileSource:
         self._root_url = root_url(storage.root)
         # version 4: each file's text index, and its texts once read (memory-mapped)
         self._file_texts: list[TextIndex | Texts | None] = list(texts) or [None] * len(files)
+        # version 4: each file's memory map once made (what the texts kernel reads)
+        self._maps: list[Any] = [None] * len(self._file_texts)
         self._prompts = prompts
         # version 4: the global number of each file's first text
         first, self._first_text = 0, []
@@ -166,6 +169,7 @@ class FileSource:
         state["_parsed"] = {}
         state["_parsed_chars"] = 0
         state["_file_texts"] = [t.index if isinstance(t, Texts) else t for t in self._file_texts]
+        state["_maps"] = [None] * len(self._file_texts)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -285,7 +289,24 @@ class FileSource:
         if prompts is not None:
             count = prompts.counts[pos]
             if count >= 0:  # a version 4 step: from its file's texts alone
-                return self._text_parts(prompts, pos, count, traj, step) if count else None
+                if not count:
+                    return None
+                kernel = texts_kernel()
+                if kernel is not None:
+                    parts = kernel.samples(
+                        [pos],
+                        prompts.kernel_arrays,
+                        self._maps,
+                        self._map_of,
+                        self._kernel_text,
+                        _LOADS,
+                        self._parsed,
+                        self._copy,
+                    )[0]
+                    if parts is not None:
+                        return parts
+                # anything else (and a damaged text, named here): one text at a time
+                return self._text_parts(prompts, pos, count, traj, step)
         if self._mixed and self.offsets[pos] >= 0:
             return None
         frame = self._cache.get(traj)
@@ -321,6 +342,18 @@ class FileSource:
         prompts = self._prompts
         if prompts is None or n == 0:
             return [None] * n
+        kernel = texts_kernel()
+        if kernel is not None:  # every sample's texts found, checked and parsed in C
+            return kernel.samples(
+                positions if type(positions) is list else list(positions),
+                prompts.kernel_arrays,
+                self._maps,
+                self._map_of,
+                self._kernel_text,
+                _LOADS,
+                self._parsed,
+                self._copy,
+            )
         arrays = prompts.arrays
         pos = np.asarray(positions, dtype=np.int64)
         counts = arrays["counts"][pos].astype(np.int64)
@@ -362,12 +395,11 @@ class FileSource:
         return out
 
     def _own_values(self, batch: _TextSlots, whole: NDArray[np.bool_]) -> bool:
-        """:meth:`sample_parts_many`: the texts stored whole and read by one step (slots
-        ``whole``) parsed into ``batch.values``, each on its own straight from its
-        file's memory map (no joined copy: the fresh memory a batch's copy would take
-        costs more than its parse on a freshly started process); the slots whose message
-        is not a plain chat message are added to ``batch.invalid``. False when a text
-        fails its check.
+        """:meth:`sample_parts_many` without the texts kernel: the texts stored whole
+        and read by one step (slots ``whole``) checked and parsed into
+        ``batch.values``, each on its own straight from its file's memory map; the
+        slots whose message is not a plain chat message are added to
+        ``batch.invalid``. False when a text fails its check.
 
         Raises:
             ValueError: a text is not one JSON value. StorageError, IndexError.
@@ -375,57 +407,26 @@ class FileSource:
         prompts, ids = batch.prompts, batch.ids
         arrays = prompts.arrays
         own = np.flatnonzero(whole)
-        if own.size == 0:
-            return True
         own_ids = ids[own]
         files = arrays["text_file"][own_ids]
-        loads = from_json if from_json is not None else json.loads
-        chat = ~batch.is_response[own]
         verified = np.frombuffer(prompts.verified, dtype=np.uint8)
-        kernel = texts_kernel()
-        single = _all_equal(files)
-        for f in [int(files[0])] if single else np.unique(files).tolist():
-            of_file: Any = slice(None) if single else files == f
-            numbers, slots = own_ids[of_file], own[of_file]
-            offsets = arrays["text_offset"][numbers]
-            lengths = arrays["text_length"][numbers]
-            expected = arrays["text_crc"][numbers]
+        values, invalid, is_response = batch.values, batch.invalid, batch.is_response
+        for f in np.unique(files).tolist():
+            numbers, slots = own_ids[files == f], own[files == f]
             unchecked = verified[numbers] == 0
             data = self._map_of(f)
-            if kernel is not None:
-                texts = (data, offsets, lengths, expected, unchecked)
-                bad, invalid = kernel.parse(*texts, loads, batch.values, slots, chat[of_file])
-                if bad >= 0:
+            starts = arrays["text_offset"][numbers].tolist()
+            ends = (arrays["text_offset"][numbers] + arrays["text_length"][numbers]).tolist()
+            expected = arrays["text_crc"][numbers].tolist()
+            check = unchecked.tolist()
+            for k, slot in enumerate(slots.tolist()):
+                raw = data[starts[k] : ends[k]]
+                if check[k] and _google_crc32c(raw) != expected[k]:
                     return False
-                batch.invalid.extend(invalid)
-            elif not self._parse_each(batch, data, numbers, slots, unchecked):
-                return False
+                value = values[slot] = _LOADS(raw)
+                if not is_response[slot] and not _is_chat_message(value):
+                    invalid.append(slot)
             verified[numbers[unchecked]] = 1
-        return True
-
-    def _parse_each(
-        self,
-        batch: _TextSlots,
-        data: Any,
-        numbers: NDArray[Any],
-        slots: NDArray[np.int64],
-        unchecked: NDArray[np.bool_],
-    ) -> bool:
-        """:meth:`_own_values` without the compiled kernel: the same, in Python."""
-        arrays = batch.prompts.arrays
-        starts = arrays["text_offset"][numbers].tolist()
-        ends = (arrays["text_offset"][numbers] + arrays["text_length"][numbers]).tolist()
-        expected = arrays["text_crc"][numbers].tolist()
-        check = unchecked.tolist()
-        loads = from_json if from_json is not None else json.loads
-        values, invalid, is_response = batch.values, batch.invalid, batch.is_response
-        for k, slot in enumerate(slots.tolist()):
-            raw = data[starts[k] : ends[k]]
-            if check[k] and _google_crc32c(raw) != expected[k]:
-                return False
-            value = values[slot] = loads(raw)
-            if not is_response[slot] and not _is_chat_message(value):
-                invalid.append(slot)
         return True
 
     def _shared_values(self, batch: _TextSlots, shared: NDArray[np.bool_]) -> None:
@@ -464,11 +465,27 @@ class FileSource:
                         values[slot] = template
 
     def _map_of(self, file_id: int) -> Any:
-        """File ``file_id``'s memory map (version 4; made on first use), else None."""
+        """File ``file_id``'s memory map (version 4; made on first use, and kept in
+        ``_maps``), else None."""
         texts = self._file_texts[file_id]
         if type(texts) is not Texts:
             texts = self._texts_of(file_id)
-        return None if texts is None else texts.data
+        data = None if texts is None else texts.data
+        self._maps[file_id] = data
+        return data
+
+    def _kernel_text(self, number: int) -> Any:
+        """Text ``number`` parsed, a new value (shared or compressed: what the texts
+        kernel's ``samples`` asks for).
+
+        Raises:
+            ValueError: not one JSON value. StorageError, IndexError.
+        """
+        prompts = self._prompts
+        assert prompts is not None
+        if prompts.shared[number]:
+            return self._shared_text(prompts, number, 0)
+        return self._own_text(prompts, number)
 
     def _text_parts(
         self, prompts: Prompts, pos: int, count: int, traj: int, step: int
@@ -631,6 +648,8 @@ class FileSource:
 
 
 _MISSING = object()
+# what parses a text the texts kernel reads
+_LOADS = from_json if from_json is not None else json.loads
 
 
 def _is_chat_message(value: Any) -> bool:
@@ -649,6 +668,7 @@ class Prompts:
     __slots__ = (
         "arrays",
         "counts",
+        "kernel_arrays",
         "refs",
         "relative",
         "responses",
@@ -676,13 +696,30 @@ class Prompts:
         self.text_codec = arrays["text_codec"].data
         self.shared = arrays["shared"].data
         self.verified = bytearray(len(arrays["text_crc"]))
+        # what the compiled kernel's samples() reads, in its order
+        self.kernel_arrays = (
+            *(arrays[name] for name in _KERNEL_ARRAYS),
+            self.verified,
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Prompts, (self.arrays,))
 
 
-def _all_equal(values: NDArray[Any]) -> bool:
-    return values.size == 0 or bool((values == values[0]).all())
+# Prompts' arrays as replaystore._texts.samples takes them (then ``verified``).
+_KERNEL_ARRAYS = (
+    "counts",
+    "starts",
+    "responses",
+    "relative",
+    "refs",
+    "shared",
+    "text_codec",
+    "text_file",
+    "text_offset",
+    "text_length",
+    "text_crc",
+)
 
 
 class _StoredTrajectories(Sequence[list[dict[str, Any]]]):
