@@ -12,23 +12,24 @@ WebGym's, then read back by a freshly opened file-backed buffer, side by side:
 
 * **draw**: ``ReplayBuffer.from_storage(root)`` then ``get_training_samples(1000, 1.0)``;
 * **messages**: ``s["message"]`` of those 1,000 samples (cold: the first draw of a freshly
-  opened buffer; median of 5 fresh buffers);
+  opened buffer; median of 7 fresh buffers);
 * **dataset**: ``buffer[i]["message"]`` for 1,000 random indices, one call each (a torch
   ``DataLoader`` without ``batch_size`` reads so), and the same 1,000 through
   ``DataLoader(buffer, batch_size=32, sampler=indices, collate_fn=list)``, which calls the
-  buffer's ``__getitems__`` once per batch (fresh buffers, median of 5), beside the same
+  buffer's ``__getitems__`` once per batch (fresh buffers, median of 7), beside the same
   ``DataLoader`` over a dataset that returns its index (the loader's own work);
 * **raw_prompt round trip**: every stored prompt read back equals the written text.
 
-The reads are timed twice: in **a fresh process** that imports the library, opens the
+The reads are timed three ways: in **a fresh process** that imports the library, opens the
 storage and reads (as a training process does, and as the issue's own reproduction ran:
-each of the 5 repeats is its own child process), and in **the writing process**, which
-still holds the 5,000 steps it wrote and read back (about 230,000 Python objects: the
-same reads there take longer, measured in RESULTS.md).
+each of the 7 repeats is its own child process, compact and WebGym-formatted prompts
+taking turns), in a fresh process that has first read 3 other fresh buffers, and in
+**the writing process**, which still holds the 5,000 steps it wrote and read back (about
+230,000 Python objects: the same reads there take longer, measured in RESULTS.md).
 
 The goal (issue 39): WebGym-formatted prompts read in <= 5 ms per 1,000 samples cold, as
 compact ones do, judged on the fresh-process figure. Each figure is measured once per run
-(medians of 5 fresh buffers).
+(medians of 7 fresh buffers).
 """
 
 from __future__ import annotations
@@ -146,25 +147,27 @@ def measure(root: Path, k: int, repeats: int) -> dict[str, float]:
     return _medians([measure_once(root, k, seed) for seed in range(repeats)])
 
 
-def measure_fresh(root: Path, k: int, repeats: int, warm: int = 0) -> dict[str, float]:
-    """Medians of ``repeats`` cold measurements, each in a new Python process that
-    imports the library, then opens ``root`` and reads (this script's ``--child``);
+def measure_fresh(roots: list[Path], k: int, repeats: int, warm: int = 0) -> list[dict[str, float]]:
+    """Per root, medians of ``repeats`` cold measurements, each in a new Python process
+    that imports the library, then opens the root and reads (this script's ``--child``);
     with ``warm``, the process first opens and reads ``warm`` other fresh buffers
     (other seeds, not timed), as a training process that opens the storage again each
-    iteration has."""
-    runs = []
+    iteration has. The roots take turns (one child each, then the next seed), so a
+    change in the machine's speed during the run falls on every root alike."""
+    runs: list[list[dict[str, float]]] = [[] for _ in roots]
     for seed in range(repeats):
-        child = ["--child", str(root), "--k", str(k), "--seed", str(seed), "--warm", str(warm)]
-        done = subprocess.run(
-            [sys.executable, __file__, *child],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise SystemExit(f"the measuring child failed:\n{done.stderr}")
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    return _medians(runs)
+        for runs_of_root, root in zip(runs, roots, strict=True):
+            child = ["--child", str(root), "--k", str(k), "--seed", str(seed)]
+            done = subprocess.run(
+                [sys.executable, __file__, *child, "--warm", str(warm)],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"the measuring child failed:\n{done.stderr}")
+            runs_of_root.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return [_medians(r) for r in runs]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,13 +185,15 @@ def main(argv: list[str] | None = None) -> int:
             measure_once(args.child, args.k, 1_000 + other)
         print(json.dumps(measure_once(args.child, args.k, args.seed)))
         return 0
-    n, k, repeats = (500, 100, 3) if args.quick else (5_000, 1_000, 5)
+    n, k, repeats = (500, 100, 3) if args.quick else (5_000, 1_000, 7)
     writer, source = webgym_writer(args.webgym_src)
-    rows, results = [], {}
+    names = ("compact", "webgym")
+    results: dict[tuple[str, str], dict[str, float]] = {}
+    facts = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, text in (("compact", json.dumps), ("webgym", writer)):
+        roots = [Path(tmp) / name for name in names]
+        for name, text, root in zip(names, (json.dumps, writer), roots, strict=True):
             trajectories = webgym_shaped(n, prompt_text=text)
-            root = Path(tmp) / name
             TrajectoryStorage(root).save_iteration(1, trajectories)
             stored = TrajectoryStorage(root).load_all()
             same = all(
@@ -198,27 +203,34 @@ def main(argv: list[str] | None = None) -> int:
             )
             chars = sum(len(s["response"].raw_prompt) for t in trajectories for s in t) / n
             label = "compact (json.dumps(messages))" if name == "compact" else source
-            for where, figures in (
-                ("fresh process", measure_fresh(root, k, repeats)),
-                ("process that read 3 buffers before", measure_fresh(root, k, repeats, warm=3)),
-                ("writing process", measure(root, k, repeats)),
-            ):
+            facts[name] = (label, chars, same)
+            # timed while this process still holds what it wrote and read back
+            results[name, "writing process"] = measure(root, k, repeats)
+            del trajectories, stored
+        for where, warm in (("fresh process", 0), ("process that read 3 buffers before", 3)):
+            for name, figures in zip(names, measure_fresh(roots, k, repeats, warm), strict=True):
                 results[name, where] = figures
-                rows.append(
-                    [
-                        label,
-                        where,
-                        f"{chars:,.0f}",
-                        f"{figures['draw'] * 1e3:.1f} ms",
-                        f"{figures['read'] * 1e3:.1f} ms",
-                        f"{figures['items'] * 1e3:.1f} ms",
-                        f"{figures['loader'] * 1e3:.1f} ms",
-                        f"{figures['alone'] * 1e3:.1f} ms",
-                        "yes" if same else "**no**",
-                    ]
-                )
+    rows = []
+    wheres = ("fresh process", "process that read 3 buffers before", "writing process")
+    for name in names:
+        label, chars, same = facts[name]
+        for where in wheres:
+            figures = results[name, where]
+            rows.append(
+                [
+                    label,
+                    where,
+                    f"{chars:,.0f}",
+                    f"{figures['draw'] * 1e3:.1f} ms",
+                    f"{figures['read'] * 1e3:.1f} ms",
+                    f"{figures['items'] * 1e3:.1f} ms",
+                    f"{figures['loader'] * 1e3:.1f} ms",
+                    f"{figures['alone'] * 1e3:.1f} ms",
+                    "yes" if same else "**no**",
+                ]
+            )
     verdicts = []
-    for where in ("fresh process", "process that read 3 buffers before", "writing process"):
+    for where in wheres:
         webgym, compact = results["webgym", where], results["compact", where]
         verdicts.append(
             f"- {where}: WebGym-formatted / compact, messages "
