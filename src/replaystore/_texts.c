@@ -6,7 +6,7 @@
  *
  *   samples(positions, arrays, maps, map_of, other, loads, parsed, copy) -> list
  *       The (messages, response) of each version 4 step at positions (a list of
- *       ints), read from the texts alone, as FileSource.sample_parts gives them, or
+ *       integers), read from the texts alone, as FileSource.sample_parts gives them, or
  *       None where the step must be read another way: its prompt is not split (count
  *       <= 0), its image URLs are relative, a text fails its check or is not one JSON
  *       value, a message is not a plain chat message, or any call below raises an
@@ -191,7 +191,10 @@ text_value(Reading *r, int64_t t, int chat, PyObject **value)
         if (f < 0 || f >= r->n_files)
             return 0;
         if (!r->have_file[f]) {
-            PyObject *data = PyList_GET_ITEM(r->maps, f); /* borrowed */
+            /* the list may have changed in a call made since: checked, not assumed */
+            PyObject *data = PyList_GetItem(r->maps, f); /* borrowed */
+            if (data == NULL)
+                return -1;
             PyObject *made = NULL;
             if (data == Py_None) {
                 PyObject *number = PyLong_FromLong(f);
@@ -312,8 +315,11 @@ texts_samples(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const int32_t *counts = (const int32_t *)r.views[A_COUNTS].buf;
     const uint8_t *relative = (const uint8_t *)r.views[A_RELATIVE].buf;
     const int32_t *refs = (const int32_t *)r.views[A_REFS].buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t p = PyLong_AsSsize_t(PyList_GET_ITEM(positions, i));
+    for (Py_ssize_t i = 0; i < n && i < PyList_GET_SIZE(positions); i++) {
+        PyObject *item = PyList_GET_ITEM(positions, i);
+        Py_INCREF(item);
+        Py_ssize_t p = PyNumber_AsSsize_t(item, PyExc_IndexError); /* ints, NumPy's too */
+        Py_DECREF(item);
         if (p == -1 && PyErr_Occurred())
             goto fail;
         if (p < 0 || p >= n_steps) {

@@ -442,8 +442,11 @@ def test_the_texts_kernel_samples_refuses_what_it_cannot_read(chat_store) -> Non
     got = samples([0, 47, 0])
     assert [g[0] for g in got] == [expected[0], expected[47], expected[0]]
     assert got[0][0] is not got[2][0] and got[0][0][0] is not got[2][0][0]  # new values
+    assert samples([np.int64(47)]) == [got[1]]  # NumPy's integers too
     with pytest.raises(IndexError, match="position 48 is outside the 48 steps"):
         samples([1, 48])
+    with pytest.raises(TypeError, match="'str' object cannot be interpreted as an integer"):
+        samples([1, "2"])
     with pytest.raises(TypeError, match="a list of positions"):
         _texts.samples((1,), prompts.kernel_arrays, source._maps, source._map_of,
                        source._kernel_text, json.loads, source._parsed, source._copy)  # fmt: skip
