@@ -165,7 +165,9 @@ text_value(Reading *r, int64_t t, int chat, PyObject **value)
             return -1;
         if (template != NULL) {
             if (PyDict_CheckExact(template) || PyList_CheckExact(template)) {
+                Py_INCREF(template); /* held through the call, whatever it does */
                 v = PyObject_CallOneArg(r->copy, template);
+                Py_DECREF(template);
                 if (v == NULL)
                     goto raised;
                 if (v != Py_NotImplemented)

@@ -396,9 +396,9 @@ def test_a_probe_decides_whether_a_files_texts_are_worth_compressing() -> None:
 
 def test_the_texts_kernel_reads_samples_as_the_python_path_does(tmp_path, monkeypatch) -> None:
     """``_texts.samples`` (the batch and one-by-one reads of format 4 steps) gives what
-    the NumPy path gives for every step of a store of every kind of prompt (shared,
-    relative image URLs, prompts not split or not chat messages, compressed texts),
-    and None where that path reads the step another way."""
+    the NumPy path gives for every step of a store of mixed prompts (shared texts,
+    relative image URLs, prompts not split, zstd-compressed texts), and None where that
+    path reads the step another way."""
     from .test_format_v3 import _copy_fixture
 
     root = tmp_path / "store"
