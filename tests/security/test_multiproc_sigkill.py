@@ -24,6 +24,15 @@ def row(writer: int, i: int) -> DataRow:
     return DataRow(meta, Experience(state={"w": writer, "i": i}, actions=[i]), f"w{writer}-{i}")
 
 
+def _counter():
+    """The writer's count of acknowledged rows: a shared int64 without a lock. A
+    synchronized ``Value`` takes a lock on every write, and a writer killed while it
+    holds that lock would block the test's read forever (seen once in CI); an aligned
+    8-byte store is whole either way, and the test reads it once the writer is dead (or
+    polls it for a change)."""
+    return CTX.Value("q", 0, lock=False)
+
+
 def _writer(storage: MultiProcMemoryStorage, writer: int, acked, pause: float) -> None:
     i = 0
     while True:
@@ -63,7 +72,7 @@ def test_writer_killed_between_adds_loses_nothing_acknowledged(tmp_path):
         storage = MultiProcMemoryStorage(manager.dict(), manager.list(), manager.Lock(), None)
         acked: dict[int, int] = {}
         for writer in range(4):
-            counter = CTX.Value("q", 0)
+            counter = _counter()
             # A pause between adds: the kill lands outside add_batch almost always.
             proc = CTX.Process(target=_writer, args=(storage, writer, counter, 0.02))
             proc.start()
@@ -130,7 +139,7 @@ def test_writers_killed_at_random_moments_never_block_or_lose_acknowledged_rows(
             manager.dict(), manager.list(), manager.Lock(), capacity, eviction="row"
         )
         for writer in range(8):
-            counter = CTX.Value("q", 0)
+            counter = _counter()
             proc = CTX.Process(target=_writer, args=(storage, writer, counter, 0.0))
             proc.start()
             time.sleep(float(rng.uniform(0.1, 0.4)))
