@@ -40,6 +40,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src" / "replaystore" / "loop"))
+
+import tiny_model  # the loop's standalone builder script: its batch padding
+
 ROLES = ("button", "link", "textbox", "StaticText", "checkbox", "radio", "tab", "option")
 
 
@@ -106,20 +110,6 @@ class Rows:
         return [self.digit[c] for c in str(number)]
 
 
-def _batch(rows: list[tuple[list[int], list[int]]]) -> tuple[Any, Any, Any]:
-    import torch
-
-    width = max(len(x) for x, _ in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.long)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (x, y) in enumerate(rows):
-        ids[i, : len(x)] = torch.tensor(x)
-        labels[i, : len(y)] = torch.tensor(y)
-        mask[i, : len(x)] = 1
-    return ids, labels, mask
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="a tiny model directory")
@@ -138,12 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = Qwen2ForCausalLM.from_pretrained(args.model)
     rows = Rows(tokenizer, args.kinds)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     make = getattr(rows, args.task)
     rng = random.Random(args.seed + 1)
 
     def score() -> float:
         check = random.Random(77)
-        ids, labels, mask = _batch([make(check) for _ in range(64)])
+        ids, labels, mask = tiny_model._padded([make(check) for _ in range(64)], pad)
         with torch.no_grad():
             guess = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
         target = labels[:, 1:]
@@ -161,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     loss = float("nan")
     for step in range(args.steps):
         model.train()
-        ids, labels, mask = _batch([make(rng) for _ in range(16)])
+        ids, labels, mask = tiny_model._padded([make(rng) for _ in range(16)], pad)
         out = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         out.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -293,18 +293,9 @@ class FileSource:
                     return None
                 kernel = texts_kernel()
                 if kernel is not None:
-                    parts = kernel.samples(
-                        [pos],
-                        prompts.kernel_arrays,
-                        self._maps,
-                        self._map_of,
-                        self._kernel_text,
-                        _LOADS,
-                        self._parsed,
-                        self._copy,
-                    )[0]
-                    if parts is not None:
-                        return parts
+                    read = self._kernel_samples(kernel, prompts, [pos])[0]
+                    if read is not None:
+                        return read
                 # anything else (and a damaged text, named here): one text at a time
                 return self._text_parts(prompts, pos, count, traj, step)
         if self._mixed and self.offsets[pos] >= 0:
@@ -344,15 +335,8 @@ class FileSource:
             return [None] * n
         kernel = texts_kernel()
         if kernel is not None:  # every sample's texts found, checked and parsed in C
-            return kernel.samples(
-                positions if type(positions) is list else list(positions),
-                prompts.kernel_arrays,
-                self._maps,
-                self._map_of,
-                self._kernel_text,
-                _LOADS,
-                self._parsed,
-                self._copy,
+            return self._kernel_samples(
+                kernel, prompts, positions if type(positions) is list else list(positions)
             )
         arrays = prompts.arrays
         pos = np.asarray(positions, dtype=np.int64)
@@ -473,6 +457,22 @@ class FileSource:
         data = None if texts is None else texts.data
         self._maps[file_id] = data
         return data
+
+    def _kernel_samples(
+        self, kernel: Any, prompts: Prompts, positions: list[int]
+    ) -> list[tuple[list[Any], Any] | None]:
+        """The texts kernel's ``samples`` of ``positions`` with this reader's maps,
+        callbacks and cache of shared texts."""
+        return kernel.samples(
+            positions,
+            prompts.kernel_arrays,
+            self._maps,
+            self._map_of,
+            self._kernel_text,
+            _LOADS,
+            self._parsed,
+            self._copy,
+        )
 
     def _kernel_text(self, number: int) -> Any:
         """Text ``number`` parsed, a new value (shared or compressed: what the texts
