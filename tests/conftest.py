@@ -71,17 +71,18 @@ _LONGEST_FIRST = (
     "rollouts/test_collector_sigint.py",
     "rollouts/test_collector.py",
     "rollouts/test_collector_cli.py",
-    # Ray's, which run last anyway: the docs pages (the README's and docs/cli.md's run
-    # the quick trajectories demo, 40-80 s: one group, not split), then 52, 45, 42, 34, 29
-    "test_docs.py",
+    # Ray's, which run last anyway: the slow step's (52, 45, 42, 34, 29), then step 1's
+    # (61; the docs pages, where the README's and docs/cli.md's run the quick
+    # trajectories demo, 33; 27, 20, 16)
     "distributed/test_demo.py",
-    "distributed/test_ray_rollouts.py",
     "distributed/test_writers.py",
-    "distributed/test_sharded.py",
     "distributed/test_ray_rollouts_nodes.py",
     "distributed/test_ray_loop.py",
     "distributed/test_rate_limiter.py",
+    "test_docs.py",
     "distributed/test_remote.py",
+    "distributed/test_sharded.py",
+    "distributed/test_ray_rollouts.py",
 )
 _RANK = {name: rank for rank, name in enumerate(_LONGEST_FIRST)}
 
@@ -91,9 +92,9 @@ def _order(item: pytest.Item) -> tuple[bool, int]:
     name = "/".join(parts[1:])
     if name == "test_docs.py" and "[docs/cli.md:" in item.nodeid:
         # docs/cli.md runs README.md's quick demo command again; tests/test_docs.py runs
-        # it once per session and copies its outputs. Handed out last, this page finds
-        # the copy ready instead of waiting (20 s in CI) for the README's run on the
-        # other worker.
+        # it once per session and copies its outputs. Run last, this page finds the copy
+        # ready (the file's other pages run on the same worker, --dist loadfile; the
+        # lock in tests/test_docs.py covers a run with other options).
         return True, len(_RANK) + 1
     return _starts_ray(item), _RANK.get(name, len(_RANK))
 

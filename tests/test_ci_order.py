@@ -69,3 +69,13 @@ def test_xdist_keeps_the_collection_order() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     addopts = pyproject["tool"]["pytest"]["ini_options"]["addopts"]
     assert "--no-loadscope-reorder" in addopts.split()
+
+
+def test_a_files_tests_run_on_one_worker() -> None:
+    """--dist loadfile: a module fixture (a Ray runtime, a browser) is set up once per
+    file. --dist loadgroup's groups are lost with pytest 9.2 and pytest-xdist 3.8 (the
+    group goes into a node-id attribute pytest no longer reads), which set up each Ray
+    file's runtime on both workers."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    addopts = pyproject["tool"]["pytest"]["ini_options"]["addopts"].split()
+    assert addopts[addopts.index("--dist") + 1] == "loadfile"

@@ -21,8 +21,8 @@ Markers are HTML comments, which GitHub and MkDocs both leave out of the rendere
 * Blocks between ``<!-- ci:... -->`` markers are the install commands ``.ci/run`` executes;
   they are skipped here with that reason.
 
-The blocks of one file are one ``pytest-xdist`` group (``xdist_group``; ``--dist loadgroup``
-is in the project's pytest options), so one worker runs a page top to bottom. When an item
+This file runs on one ``pytest-xdist`` worker (``--dist loadfile`` is in the project's pytest
+options), so a page runs top to bottom in one process. When an item
 runs without the items before it all the same (``-k``), the missing earlier blocks of its
 file run first in that process.
 
@@ -291,10 +291,7 @@ def _run(block: Block) -> None:
 
 @pytest.mark.parametrize(
     "block",
-    [
-        pytest.param(b, marks=pytest.mark.xdist_group(f"docs:{b.path.relative_to(ROOT)}"))
-        for b in RUNNABLE
-    ],
+    RUNNABLE,
     ids=[b.id for b in RUNNABLE],
 )
 def test_doc_block(block: Block, tmp_path_factory: pytest.TempPathFactory) -> None:
