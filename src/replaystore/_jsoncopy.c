@@ -47,9 +47,13 @@
  *
  * dumps_encoders(value, encoders) is dumps that also writes a value whose exact
  * type is a key of the dict `encoders`: a tuple of field names (a dataclass:
- * an object of those attributes) or an object with to_json(value) -> bytes
+ * an object of those attributes), an object with to_json(value) -> bytes
  * (a pydantic model's serialiser: its JSON written as it is; a ValueError from
- * it declines). A type mapped to None, or absent, declines.
+ * it declines), or a list [field names, serialiser, heads] (a pydantic model
+ * whose JSON is its fields' values, see experience/plain_models.py: the fields
+ * read from its __dict__ and written after their heads, '{"name":' then
+ * ',"name":', or, when one of them declines, the serialiser's JSON). A type
+ * mapped to None, or absent, declines.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -283,7 +287,7 @@ put_string(sbuf *b, PyObject *s)
     return 0;
 }
 
-/* 0: written; 1: declined; -1: error. */
+/* 0: written; 1: declined; 2: declined, a type absent from the encoders; -1: error. */
 static PyObject *str_to_json;
 
 static int put_value(sbuf *b, PyObject *v, int depth, PyObject *encoders);
@@ -318,6 +322,43 @@ put_fields(sbuf *b, PyObject *obj, PyObject *names, int depth, PyObject *encoder
     return sb_put(b, "}", 1);
 }
 
+/* {"name": value, ...} of a pydantic model's fields, read from its __dict__: for
+ * field i, its str name names[i] and its JSON text before the value, heads[i]
+ * (bytes: '{"name":' for the first, ',"name":' after). 0 written, 1 declined (a
+ * field missing from the dict, or a value declined), 2 or -1 as put_value. */
+static int
+put_model_fields(sbuf *b, PyObject *obj, PyObject *names, PyObject *heads, int depth,
+                 PyObject *encoders)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    if (n == 0 || !PyTuple_Check(heads) || PyTuple_GET_SIZE(heads) != n)
+        return 1;
+    PyObject *dict = PyObject_GenericGetDict(obj, NULL);
+    if (dict == NULL)
+        return -1;
+    int rc = PyDict_Check(dict) ? 0 : 1;
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i), *head = PyTuple_GET_ITEM(heads, i);
+        if (Py_TYPE(name) != &PyUnicode_Type || !PyBytes_Check(head)) {
+            rc = 1;
+            break;
+        }
+        PyObject *field = PyDict_GetItemWithError(dict, name); /* borrowed */
+        if (field == NULL) {
+            rc = PyErr_Occurred() ? -1 : 1;
+            break;
+        }
+        if ((rc = sb_put(b, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head))) != 0)
+            break;
+        Py_INCREF(field); /* the walk below runs no Python code, but keep it alive */
+        rc = put_value(b, field, depth + 1, encoders);
+        Py_DECREF(field);
+    }
+    if (rc == 0)
+        rc = sb_put(b, "}", 1);
+    Py_DECREF(dict);
+    return rc;
+}
 
 static int
 put_value(sbuf *b, PyObject *v, int depth, PyObject *encoders)
@@ -393,12 +434,25 @@ put_value(sbuf *b, PyObject *v, int depth, PyObject *encoders)
     if (encoders == NULL)
         return 1;
     PyObject *enc = PyDict_GetItemWithError(encoders, (PyObject *)t); /* borrowed */
-    if (enc == NULL)
-        return PyErr_Occurred() ? -1 : 1;
+    if (enc == NULL) /* a type not seen yet: 2, so no model's serialiser takes over (below) */
+        return PyErr_Occurred() ? -1 : 2;
     if (PyTuple_Check(enc)) /* a dataclass: its field names */
         return put_fields(b, v, enc, depth, encoders);
     if (enc == Py_None)
         return 1;
+    if (PyList_CheckExact(enc) && PyList_GET_SIZE(enc) == 3 &&
+        PyTuple_Check(PyList_GET_ITEM(enc, 0))) {
+        /* [field names, serialiser, heads]: a plain pydantic model (plain_models.py);
+         * its fields as they are, else (a value the walk does not write) its serialiser */
+        Py_ssize_t start = b->len;
+        int rc = put_model_fields(b, v, PyList_GET_ITEM(enc, 0), PyList_GET_ITEM(enc, 2),
+                                  depth, encoders);
+        if (rc != 1) /* written, an error, or a type not seen yet (the caller's Python
+                      * path sees it, and later batches write it here) */
+            return rc;
+        b->len = start;
+        enc = PyList_GET_ITEM(enc, 1);
+    }
     /* a pydantic model: its serialiser's JSON bytes (valid UTF-8), written as they are */
     PyObject *text = PyObject_CallMethodOneArg(enc, str_to_json, v);
     if (text == NULL) {
@@ -849,5 +903,11 @@ PyInit__jsoncopy(void)
     str_to_json = PyUnicode_InternFromString("to_json");
     if (names_id == NULL || names_meta == NULL || names_data == NULL || str_to_json == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* dumps_encoders takes [field names, serialiser] encoders (plain pydantic models) */
+    if (m != NULL && PyModule_AddIntConstant(m, "PLAIN_MODELS", 1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }
