@@ -337,13 +337,24 @@ put_model_fields(sbuf *b, PyObject *obj, PyObject *names, PyObject *heads, int d
     if (dict == NULL)
         return -1;
     int rc = PyDict_Check(dict) ? 0 : 1;
+    /* pydantic fills __dict__ in field order with the schema's own name objects:
+     * walk it alongside the names while they match, then look the rest up */
+    Py_ssize_t pos = 0;
+    int in_order = 1;
     for (Py_ssize_t i = 0; rc == 0 && i < n; i++) {
         PyObject *name = PyTuple_GET_ITEM(names, i), *head = PyTuple_GET_ITEM(heads, i);
         if (Py_TYPE(name) != &PyUnicode_Type || !PyBytes_Check(head)) {
             rc = 1;
             break;
         }
-        PyObject *field = PyDict_GetItemWithError(dict, name); /* borrowed */
+        PyObject *key, *field = NULL; /* borrowed */
+        if (in_order && PyDict_Next(dict, &pos, &key, &field) && key == name) {
+            /* the i-th entry is this field's */
+        }
+        else {
+            in_order = 0;
+            field = PyDict_GetItemWithError(dict, name);
+        }
         if (field == NULL) {
             rc = PyErr_Occurred() ? -1 : 1;
             break;
