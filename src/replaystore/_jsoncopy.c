@@ -877,6 +877,59 @@ jsoncopy_id_hashes(PyObject *self, PyObject *ids)
     return out;
 }
 
+/* distinct_pairs(values, keys): the distinct (values[i], keys[i]) pairs whose value
+ * is not None, in order of first appearance; both lists of the same length, their
+ * items str or None (compared with ==). A pair equal to the one before is skipped
+ * with two comparisons (rows of one task come in runs), so few tuples are made. */
+static PyObject *
+jsoncopy_distinct_pairs(PyObject *self, PyObject *args)
+{
+    PyObject *values, *keys;
+    if (!PyArg_ParseTuple(args, "O!O!:distinct_pairs", &PyList_Type, &values, &PyList_Type,
+                          &keys))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(values);
+    if (PyList_GET_SIZE(keys) != n) {
+        PyErr_SetString(PyExc_ValueError, "distinct_pairs(): the lists' lengths differ");
+        return NULL;
+    }
+    PyObject *seen = PyDict_New(), *out = PyList_New(0);
+    if (seen == NULL || out == NULL)
+        goto error;
+    PyObject *last_value = NULL, *last_key = NULL; /* borrowed from the lists */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *value = PyList_GET_ITEM(values, i), *key = PyList_GET_ITEM(keys, i);
+        if (value == Py_None)
+            continue;
+        if (!PyUnicode_CheckExact(value) || !PyUnicode_CheckExact(key)) {
+            PyErr_SetString(PyExc_TypeError, "distinct_pairs(): items must be str or None");
+            goto error;
+        }
+        if (last_value != NULL &&
+            (value == last_value || PyUnicode_Compare(value, last_value) == 0) &&
+            (key == last_key || PyUnicode_Compare(key, last_key) == 0))
+            continue;
+        last_value = value;
+        last_key = key;
+        PyObject *pair = PyTuple_Pack(2, value, key);
+        if (pair == NULL)
+            goto error;
+        int found = PyDict_Contains(seen, pair);
+        if (found < 0 || (!found && (PyDict_SetItem(seen, pair, Py_None) < 0 ||
+                                     PyList_Append(out, pair) < 0))) {
+            Py_DECREF(pair);
+            goto error;
+        }
+        Py_DECREF(pair);
+    }
+    Py_DECREF(seen);
+    return out;
+error:
+    Py_XDECREF(seen);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"copy", jsoncopy_copy, METH_O,
      "copy(value) -> deep copy equal to json.loads(json.dumps(value)), or NotImplemented."},
@@ -893,6 +946,8 @@ static PyMethodDef methods[] = {
     {"records", (PyCFunction)(void (*)(void))jsoncopy_records, METH_FASTCALL,
      "records(rows, start, row_cls, meta_cls, exp_cls, spec, payload_names, encoders, out) "
      "-> index of the first row not appended to out."},
+    {"distinct_pairs", jsoncopy_distinct_pairs, METH_VARARGS,
+     "distinct_pairs(values, keys) -> the distinct (value, key) pairs, value not None, in order."},
     {"id_hashes", jsoncopy_id_hashes, METH_O,
      "id_hashes(ids) -> the 64-bit FNV-1a hash of each str's UTF-8 bytes, as signed ints."},
     {"dumps", jsoncopy_dumps, METH_O,

@@ -24,7 +24,13 @@ from hypothesis import strategies as st
 
 from replaystore.errors import SchemaError
 from replaystore.experience import DataRow, Experience, ExpMeta, InMemoryStorage, SqliteStorage
-from replaystore.experience.rows import _id_hashes_py, id_hash, id_hashes
+from replaystore.experience.rows import (
+    _distinct_pairs_py,
+    _id_hashes_py,
+    distinct_pairs,
+    id_hash,
+    id_hashes,
+)
 from replaystore.experience.storage.sqlite import FORMAT
 from replaystore.experience.storage.sqlite import filters as filters_module
 from replaystore.experience.storage.sqlite import storage as sqlite_module
@@ -75,6 +81,31 @@ def test_the_compiled_and_python_hashes_agree_and_are_fnv1a(hashes):
         hashes(["a", 1])
     with pytest.raises(TypeError, match="list of str, not tuple"):
         hashes(("a",))
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    pairs=st.lists(
+        st.tuples(st.sampled_from([None, "a0", "a1", "é"]), st.sampled_from(["t0", "t1", "t2"])),
+        max_size=30,
+    )
+)
+def test_a_batchs_distinct_task_keys_are_the_same_compiled_or_not(pairs):
+    # Equal strings that are distinct objects (as rows built one by one hold them).
+    values = [None if v is None else "".join(v) for v, _ in pairs]
+    keys = ["".join(k) for _, k in pairs]
+    expected = [p for p in dict.fromkeys(pairs) if p[0] is not None]
+    assert distinct_pairs(values, keys) == _distinct_pairs_py(values, keys) == expected
+
+
+@pytest.mark.parametrize("pairs", [distinct_pairs, _distinct_pairs_py], ids=["built", "python"])
+def test_distinct_pairs_refuses_what_it_cannot_compare(pairs):
+    with pytest.raises(ValueError, match="lengths differ"):
+        pairs(["a"], [])
+    with pytest.raises(TypeError, match="str or None"):
+        pairs(["a", 1], ["t", "t"])
+    with pytest.raises(TypeError):
+        pairs(("a",), ["t"])
 
 
 def _weak(text: str) -> int:

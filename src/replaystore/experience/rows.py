@@ -737,6 +737,7 @@ def _resolve_jsoncopy() -> None:
         getattr(kernel, "check_row", None),
         getattr(kernel, "records", None),
         getattr(kernel, "id_hashes", None) or _id_hashes_py,
+        getattr(kernel, "distinct_pairs", None) or _distinct_pairs_py,
     ]
 
 
@@ -769,6 +770,31 @@ def _id_hashes_py(ids: list[str]) -> list[int]:
     return [id_hash(i) for i in ids]
 
 
+def _distinct_pairs_py(values: list[str | None], keys: list[str]) -> list[tuple[str, str]]:
+    if not isinstance(values, list) or not isinstance(keys, list):
+        raise TypeError("distinct_pairs() takes two lists")
+    if len(values) != len(keys):
+        raise ValueError("distinct_pairs(): the lists' lengths differ")
+    for item in (*values, *keys):
+        if item is not None and type(item) is not str:
+            raise TypeError("distinct_pairs(): items must be str or None")
+    return [
+        (v, k)  # type: ignore[misc]
+        for v, k in dict.fromkeys(zip(values, keys, strict=True))
+        if v is not None
+    ]
+
+
+def distinct_pairs(values: list[str | None], keys: list[str]) -> list[tuple[str, str]]:
+    """The distinct ``(values[i], keys[i])`` pairs whose value is not None, in order of
+    first appearance (a batch's (agent, task) pairs), in one compiled call where built:
+    a pair equal to the one before it costs two string comparisons, no tuple."""
+    if not COPY_KERNELS:
+        _resolve_jsoncopy()
+    result: list[tuple[str, str]] = ENCODE_KERNELS[4](values, keys)
+    return result
+
+
 def id_hashes(ids: list[str]) -> list[int]:
     """:func:`id_hash` of each id of the list, in one compiled call where built."""
     if not COPY_KERNELS:
@@ -778,8 +804,8 @@ def id_hashes(ids: list[str]) -> list[int]:
 
 
 #: [dumps_encoders (or a stand-in that always declines), check_row or None, records or
-#: None, id_hashes (compiled or Python)], filled with COPY_KERNELS.
-ENCODE_KERNELS: list[Any] = [_dumps_encoders_py, None, None, _id_hashes_py]
+#: None, id_hashes and distinct_pairs (compiled or Python)], filled with COPY_KERNELS.
+ENCODE_KERNELS: list[Any] = [_dumps_encoders_py, None, None, _id_hashes_py, _distinct_pairs_py]
 
 
 def _jsoncopy() -> Any:

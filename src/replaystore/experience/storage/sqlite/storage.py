@@ -33,6 +33,7 @@ from replaystore.experience.rows import (
     DataRow,
     ExpMeta,
     decode_experiences,
+    distinct_pairs,
     encode_flat,
     id_hash,
     id_hashes,
@@ -498,8 +499,7 @@ class SqliteStorage(PicklesSettings, Storage):
         keys = [
             (field, value, tid)
             for field in KEYED
-            for value, tid in dict.fromkeys(zip(flat[SLOT[field] :: ROW_PARAMS], tids, strict=True))
-            if value is not None
+            for value, tid in distinct_pairs(flat[SLOT[field] :: ROW_PARAMS], tids)
         ]
         with self._write() as conn:
             # Rows stored before this batch have seqs below ``first``.
