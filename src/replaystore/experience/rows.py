@@ -778,11 +778,7 @@ def _distinct_pairs_py(values: list[str | None], keys: list[str]) -> list[tuple[
     for item in (*values, *keys):
         if item is not None and type(item) is not str:
             raise TypeError("distinct_pairs(): items must be str or None")
-    return [
-        (v, k)  # type: ignore[misc]
-        for v, k in dict.fromkeys(zip(values, keys, strict=True))
-        if v is not None
-    ]
+    return [(v, k) for v, k in dict.fromkeys(zip(values, keys, strict=True)) if v is not None]
 
 
 def distinct_pairs(values: list[str | None], keys: list[str]) -> list[tuple[str, str]]:
