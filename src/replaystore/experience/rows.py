@@ -271,12 +271,13 @@ def _check_plain() -> None:
     Before each batch: a dict look-up and ``type.__subclasses__`` per typed class."""
     if not _PLAIN:
         return
-    changed = [cls for cls, typed in _PLAIN.items() if any(type.__subclasses__(t) for t in typed)]
-    for cls in changed:
-        encoder = _ENCODERS.get(cls)
-        if type(encoder) is list:
-            _ENCODERS[cls] = encoder[1]
-        del _PLAIN[cls]
+    # list() of the items in one C call: another thread may add a class meanwhile
+    for cls, typed in list(_PLAIN.items()):
+        if any(type.__subclasses__(t) for t in typed):
+            encoder = _ENCODERS.get(cls)
+            if type(encoder) is list:
+                _ENCODERS[cls] = encoder[1]
+            _PLAIN.pop(cls, None)
 
 
 def _encoder_for(cls: type) -> Any:
