@@ -334,8 +334,12 @@ put_model_fields(sbuf *b, PyObject *obj, PyObject *names, PyObject *heads, int d
     if (n == 0 || !PyTuple_Check(heads) || PyTuple_GET_SIZE(heads) != n)
         return 1;
     PyObject *dict = PyObject_GenericGetDict(obj, NULL);
-    if (dict == NULL)
-        return -1;
+    if (dict == NULL) { /* no __dict__: the serialiser writes it */
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            return -1;
+        PyErr_Clear();
+        return 1;
+    }
     int rc = PyDict_Check(dict) ? 0 : 1;
     /* pydantic fills __dict__ in field order with the schema's own name objects:
      * walk it alongside the names while they match, then look the rest up */
@@ -361,7 +365,7 @@ put_model_fields(sbuf *b, PyObject *obj, PyObject *names, PyObject *heads, int d
         }
         if ((rc = sb_put(b, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head))) != 0)
             break;
-        Py_INCREF(field); /* the walk below runs no Python code, but keep it alive */
+        Py_INCREF(field); /* a nested model's serialiser may run Python code: hold it */
         rc = put_value(b, field, depth + 1, encoders);
         Py_DECREF(field);
     }
@@ -878,8 +882,9 @@ jsoncopy_id_hashes(PyObject *self, PyObject *ids)
 }
 
 /* distinct_pairs(values, keys): the distinct (values[i], keys[i]) pairs whose value
- * is not None, in order of first appearance; both lists of the same length, their
- * items str or None (compared with ==). A pair equal to the one before is skipped
+ * is not None, in order of first appearance; both lists of the same length, the
+ * values str or None, the keys str (compared with ==). A pair equal to the one
+ * before is skipped
  * with two comparisons (rows of one task come in runs), so few tuples are made. */
 static PyObject *
 jsoncopy_distinct_pairs(PyObject *self, PyObject *args)
@@ -899,12 +904,13 @@ jsoncopy_distinct_pairs(PyObject *self, PyObject *args)
     PyObject *last_value = NULL, *last_key = NULL; /* borrowed from the lists */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *value = PyList_GET_ITEM(values, i), *key = PyList_GET_ITEM(keys, i);
-        if (value == Py_None)
-            continue;
-        if (!PyUnicode_CheckExact(value) || !PyUnicode_CheckExact(key)) {
-            PyErr_SetString(PyExc_TypeError, "distinct_pairs(): items must be str or None");
+        if ((value != Py_None && !PyUnicode_CheckExact(value)) || !PyUnicode_CheckExact(key)) {
+            PyErr_SetString(PyExc_TypeError,
+                            "distinct_pairs(): values must be str or None, keys str");
             goto error;
         }
+        if (value == Py_None)
+            continue;
         if (last_value != NULL &&
             (value == last_value || PyUnicode_Compare(value, last_value) == 0) &&
             (key == last_key || PyUnicode_Compare(key, last_key) == 0))
@@ -970,7 +976,7 @@ PyInit__jsoncopy(void)
     if (names_id == NULL || names_meta == NULL || names_data == NULL || str_to_json == NULL)
         return NULL;
     PyObject *m = PyModule_Create(&module);
-    /* dumps_encoders takes [field names, serialiser] encoders (plain pydantic models) */
+    /* dumps_encoders takes [field names, serialiser, heads] (plain pydantic models) */
     if (m != NULL && PyModule_AddIntConstant(m, "PLAIN_MODELS", 1) < 0) {
         Py_DECREF(m);
         return NULL;

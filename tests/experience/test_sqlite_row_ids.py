@@ -102,8 +102,10 @@ def test_a_batchs_distinct_task_keys_are_the_same_compiled_or_not(pairs):
 def test_distinct_pairs_refuses_what_it_cannot_compare(pairs):
     with pytest.raises(ValueError, match="lengths differ"):
         pairs(["a"], [])
-    with pytest.raises(TypeError, match="str or None"):
+    with pytest.raises(TypeError, match="values must be str or None, keys str"):
         pairs(["a", 1], ["t", "t"])
+    with pytest.raises(TypeError, match="values must be str or None, keys str"):
+        pairs([None], [None])
     with pytest.raises(TypeError):
         pairs(("a",), ["t"])
 

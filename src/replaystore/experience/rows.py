@@ -244,7 +244,6 @@ def _encode_payload(payload: Any) -> str:
 # class overriding ``model_dump``, dict keys that are not strings, a value that
 # cannot be encoded) returns None, and the caller takes the generic path, which
 # encodes it or raises the error that names it.
-
 #
 # A pydantic model whose JSON is its fields' values as they are (plain_models.py)
 # is written from its ``__dict__`` without the serialiser (about 1.5 us less per
@@ -255,7 +254,8 @@ _UNSEEN = object()
 # class -> how it is written: its pydantic-core serialiser (a model keeping
 # BaseModel's model_dump), [its field names, its serialiser, each field's JSON text
 # before its value] (such a model whose JSON is its fields' values), its field names
-# (a dataclass), or None (the generic path). The compiled ``dumps_encoders`` reads the same dict.
+# (a dataclass), or None (the generic path). The compiled ``dumps_encoders`` reads the
+# same dict.
 _ENCODERS: dict[type, Any] = {}
 # plain model class -> the model classes its fields are typed with: while one of
 # those has a subclass, the class is written by its serialiser (_check_plain)
@@ -776,9 +776,9 @@ def _distinct_pairs_py(values: list[str | None], keys: list[str]) -> list[tuple[
         raise TypeError("distinct_pairs() takes two lists")
     if len(values) != len(keys):
         raise ValueError("distinct_pairs(): the lists' lengths differ")
-    for item in (*values, *keys):
-        if item is not None and type(item) is not str:
-            raise TypeError("distinct_pairs(): items must be str or None")
+    for value, key in zip(values, keys, strict=True):
+        if (value is not None and type(value) is not str) or type(key) is not str:
+            raise TypeError("distinct_pairs(): values must be str or None, keys str")
     return [(v, k) for v, k in dict.fromkeys(zip(values, keys, strict=True)) if v is not None]
 
 
