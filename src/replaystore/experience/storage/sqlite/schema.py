@@ -7,7 +7,7 @@ statements that write rows into them.
 * :data:`COLUMNS`, :data:`ROW_PARAMS` and :data:`SLOT`: a row's columns, in the
   order of :func:`~replaystore.experience.rows.encode_flat`'s records;
 * the insert statements of a batch (:data:`INSERT_ROWS`, :data:`INSERT_IDS`,
-  :data:`TASK_INSERT`, :data:`KEY_INSERT`), and the per-connection temporary
+  :data:`TASK_INSERTS`, :data:`KEY_INSERTS`), and the per-connection temporary
   views and triggers through which a one-row store inserts in one statement
   (:data:`ROW_VIEW`, :data:`ROW_TRIGGER`, :data:`BOOKED_VIEW`,
   :data:`BOOKED_TRIGGER`; :data:`INSERT_ONE`, :data:`INSERT_BOOKED`).
@@ -38,7 +38,7 @@ __all__ = [
     "INSERT_ONE",
     "INSERT_ROWS",
     "KEYED",
-    "KEY_INSERT",
+    "KEY_INSERTS",
     "ROW_PARAMS",
     "ROW_TRIGGER",
     "ROW_VIEW",
@@ -46,7 +46,7 @@ __all__ = [
     "SEQS_USED",
     "SLOT",
     "STATS",
-    "TASK_INSERT",
+    "TASK_INSERTS",
 ]
 
 FORMAT = 3
@@ -110,11 +110,6 @@ STATS = (
 ID_HASH_SQL = "replaystore_id_hash"
 # Metadata fields recorded per task in ``task_keys`` (see the package docstring).
 KEYED = ("agent_id", "task_name")
-KEY_INSERT = (
-    "INSERT OR IGNORE INTO task_keys (field, value, first_seq, task_id) "
-    "SELECT ?, ?, first_seq, task_id FROM tasks WHERE task_id = ?"
-)
-TASK_INSERT = "INSERT OR IGNORE INTO tasks (task_id, first_seq) VALUES (?, ?)"
 # Sequence numbers handed out so far: every seq up to this one has been used (by a
 # row stored now or deleted since), so the next row gets this plus one.
 SEQS_USED = (
@@ -153,6 +148,22 @@ INSERT_IDS = {
     1 << k: "INSERT OR IGNORE INTO row_ids_new (h, seq) SELECT column1, column2 FROM (VALUES "
     + ", ".join(["(?, ?)"] * (1 << k))
     + ") AS v WHERE NOT EXISTS (SELECT 1 FROM row_ids WHERE row_ids.h = v.column1) ORDER BY 1"
+    for k in range(CHUNK_ROWS.bit_length())
+}
+# A batch's tasks (task id, its first row's seq) and its keys (field, value, task id)
+# go in the same way, each task unless it is there already, each key with its task's
+# first seq (the task looked up by its primary key: CROSS JOIN keeps the VALUES rows
+# the outer loop). About 1 us a row less than an executemany of one-row statements.
+TASK_INSERTS = {
+    1 << k: "INSERT OR IGNORE INTO tasks (task_id, first_seq) VALUES "
+    + ", ".join(["(?, ?)"] * (1 << k))
+    for k in range(CHUNK_ROWS.bit_length())
+}
+KEY_INSERTS = {
+    1 << k: "INSERT OR IGNORE INTO task_keys (field, value, first_seq, task_id) "
+    "SELECT v.column1, v.column2, t.first_seq, t.task_id FROM (VALUES "
+    + ", ".join(["(?, ?, ?)"] * (1 << k))
+    + ") AS v CROSS JOIN tasks AS t ON t.task_id = v.column3"
     for k in range(CHUNK_ROWS.bit_length())
 }
 # The next row's seq, as a value in an INSERT ... VALUES (the VALUES form runs

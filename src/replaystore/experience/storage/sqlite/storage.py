@@ -65,7 +65,7 @@ from replaystore.experience.storage.sqlite.schema import (
     INSERT_IDS,
     INSERT_ONE,
     INSERT_ROWS,
-    KEY_INSERT,
+    KEY_INSERTS,
     KEYED,
     ROW_PARAMS,
     ROW_TRIGGER,
@@ -73,7 +73,7 @@ from replaystore.experience.storage.sqlite.schema import (
     SCHEMA,
     SLOT,
     STATS,
-    TASK_INSERT,
+    TASK_INSERTS,
 )
 from replaystore.formats.sqlite_experience import id_seqs_sql
 from replaystore.sampling import SeedLike, as_generator
@@ -496,10 +496,11 @@ class SqliteStorage(PicklesSettings, Storage):
         # appearance.
         tids = flat[SLOT["task_id"] :: ROW_PARAMS]
         firsts = dict(zip(reversed(tids), range(len(tids) - 1, -1, -1), strict=True))
-        keys = [
-            (field, value, tid)
+        keys = [  # flat: field, value, task id, field, ...
+            item
             for field in KEYED
             for value, tid in distinct_pairs(flat[SLOT[field] :: ROW_PARAMS], tids)
+            for item in (field, value, tid)
         ]
         with self._write() as conn:
             # Rows stored before this batch have seqs below ``first``.
@@ -507,13 +508,12 @@ class SqliteStorage(PicklesSettings, Storage):
             first = int(assigned) + 1
             self._insert_ids(conn, first, ids, hashes, what)
             self._insert_rows(conn, first, flat)
-            tasks = [(tid, first + offset) for tid, offset in firsts.items()]
-            if len(tasks) == 1:  # small batches: a plain execute costs less than executemany
-                conn.execute(TASK_INSERT, tasks[0])
-            else:
-                conn.executemany(TASK_INSERT, tasks)
+            tasks: list[Any] = [None] * (2 * len(firsts))
+            tasks[0::2] = firsts
+            tasks[1::2] = [first + offset for offset in firsts.values()]
+            self._insert_chunks(conn, TASK_INSERTS, tasks, 2)
             if keys:
-                conn.executemany(KEY_INSERT, keys)
+                self._insert_chunks(conn, KEY_INSERTS, keys, 3)
             last = first + len(ids) - 1
             if last - int(merged or 0) >= _MERGE_ROWS:
                 self._merge_ids(conn, last)
