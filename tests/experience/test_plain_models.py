@@ -315,6 +315,7 @@ def test_a_nested_class_seen_first_inside_a_plain_model_is_learnt(monkeypatch, k
 
     monkeypatch.setattr(rows_module, "_ENCODERS", {})
     monkeypatch.setattr(rows_module, "_PLAIN", {})
+    monkeypatch.setattr(rows_module, "_TYPED", ())
     state = Action(policy_info=Leaf(n=4))  # Leaf in an Any field: known only at run time
     assert _stored(_row(state))["state"]["policy_info"] == {"n": 4}
     assert type(rows_module._ENCODERS[Leaf]) is list
