@@ -1,7 +1,7 @@
 """Does a tiny model learn to copy by content? (issue 37's missing skill, measured alone.)
 
     <llamafactory-env>/bin/python benchmarks/copy_by_content.py --model RUN/model \\
-        --task fixed|shifted|recall [--steps 1500] [--lr 2e-3] [--kinds N] [--seed 0]
+        --task fixed|shifted|recall [--steps 1500] [--lr 2e-3] [--kinds N] [--batch 16] [--seed 0]
 
 Runs in the LLaMA-Factory tool environment (``bash .ci/install-loop-tools``; it has
 ``transformers``), on a tiny model directory the loop built (``RUN/model``: its
@@ -24,10 +24,10 @@ built directly (no text, so no tokenization question), and scores fresh rows:
 
 The tokens are the tokenizer's word pieces (letters only, 2+ long) and its ``' id=N``
 tokens; ``--kinds N`` keeps the first N of them (fewer kinds, more repeats by chance).
-Batch 16, AdamW (weight decay 0.01), gradient norm clipped at 1, constant ``--lr``. The
-loss and the share of targets right on 64 fresh rows every 100 steps go to stdout, then
-one ``RESULT`` line. One run per call; seeded. Findings: benchmarks/RESULTS.md, "Copying
-by content does not form in the tiny model".
+``--batch`` rows a step (16), AdamW (weight decay 0.01), gradient norm clipped at 1,
+constant ``--lr``. The loss and the share of targets right on 64 fresh rows every 100
+steps go to stdout, then one ``RESULT`` line. One run per call; seeded. Findings:
+benchmarks/RESULTS.md, "Copying by content does not form in the tiny model".
 """
 
 from __future__ import annotations
@@ -117,10 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--kinds", type=int, help="use only the first N token kinds")
+    parser.add_argument("--batch", type=int, default=16, help="rows per step (default 16)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.lr <= 0 or (args.kinds is not None and args.kinds < 2):
         parser.error("--steps must be >= 1, --lr > 0 and --kinds >= 2")
+    if args.batch < 1:
+        parser.error(f"--batch must be >= 1, got {args.batch}")
     import torch
     from transformers import AutoTokenizer, Qwen2ForCausalLM
 
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     loss = float("nan")
     for step in range(args.steps):
         model.train()
-        ids, labels, mask = tiny_model._padded([make(rng) for _ in range(16)], pad)
+        ids, labels, mask = tiny_model._padded([make(rng) for _ in range(args.batch)], pad)
         out = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         out.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -169,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     model.eval()
     print(
         f"RESULT {args.task}, {len(rows.tokens)} token kinds, {len(rows.id_tokens)} id tokens, "
-        f"lr {args.lr:g}, {args.steps} steps: loss {loss:.3f} (uniform over the token kinds "
-        f"{uniform:.2f}), {score():.1%} of fresh rows' targets right, "
+        f"lr {args.lr:g}, batch {args.batch}, {args.steps} steps: loss {loss:.3f} (uniform "
+        f"over the token kinds {uniform:.2f}), {score():.1%} of fresh rows' targets right, "
         f"{time.time() - started:.0f} s"
     )
     return 0
