@@ -30,12 +30,8 @@ from replaystore.experience import DataRow, Experience, ExpMeta, SqliteStorage
 from replaystore.experience.plain_models import plain_fields, typed_models
 from replaystore.experience.rows import encode_flat, encode_records, encode_row
 
-SETTINGS = settings(
-    max_examples=80,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+# derandomized by the suite's profile (tests/conftest.py)
+SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # AWorld's shapes (aworld/core/common.py: ActionResult, Observation, ActionModel)

@@ -361,9 +361,11 @@ def _value_text(value: Any, dumps: Any, depth: int = 0) -> str | None:
         encoder = _encoder_for(cls)
     if encoder is not None and type(encoder) is not tuple:
         if type(encoder) is list:  # a plain model: its fields, else its serialiser
-            text = _model_fields_text(value, encoder[0], dumps, depth)
-            if text is not None:
-                return text
+            state = getattr(value, "__dict__", None)
+            if type(state) is dict and depth < 100 and all(n in state for n in encoder[0]):
+                text = _object_text([(n, state[n]) for n in encoder[0]], dumps, depth)
+                if text is not None:
+                    return text
             encoder = encoder[1]
         try:
             return encoder.to_json(value).decode()
@@ -383,11 +385,16 @@ def _value_text(value: Any, dumps: Any, depth: int = 0) -> str | None:
             parts.append(part)
         return "[" + ",".join(parts) + "]"
     if cls is dict:
-        items = value.items()
-    elif type(encoder) is tuple:
-        items = [(name, getattr(value, name)) for name in encoder]
-    else:
-        return None
+        return _object_text(value.items(), dumps, depth)
+    if type(encoder) is tuple:
+        return _object_text([(name, getattr(value, name)) for name in encoder], dumps, depth)
+    return None
+
+
+def _object_text(items: Any, dumps: Any, depth: int) -> str | None:
+    """``{"key": value, ...}`` of ``(key, value)`` pairs (a dict's items, a dataclass's or
+    plain model's fields), written as the compiled walk writes them, or None (a key that
+    is not a str, or a value declined)."""
     fields = []
     for key, item in items:
         if type(key) is not str:
@@ -398,23 +405,6 @@ def _value_text(value: Any, dumps: Any, depth: int = 0) -> str | None:
             return None
         fields.append(key_text + ":" + part)
     return "{" + ",".join(fields) + "}"
-
-
-def _model_fields_text(value: Any, names: tuple[str, ...], dumps: Any, depth: int) -> str | None:
-    """``{"name": value, ...}`` of a plain model's fields read from its ``__dict__``
-    (what the compiled walk writes), or None (a field missing or a value declined)."""
-    state = getattr(value, "__dict__", None)
-    if type(state) is not dict or depth >= 100:
-        return None
-    parts = []
-    for name in names:
-        if name not in state:
-            return None
-        part = _value_text(state[name], dumps, depth + 1)
-        if part is None:
-            return None
-        parts.append(dumps(name) + ":" + part)
-    return "{" + ",".join(parts) + "}"
 
 
 def _payload_dict(exp: Experience) -> dict[str, Any]:
